@@ -1,0 +1,84 @@
+"""Settings of the small runnable Threadmill site: the console, the demo tasks, the worker.
+
+`REDIS_URL` comes from the environment; unset, it points at the embedded Valkey that
+`manage.py threadmill run` starts on port 6389.
+"""
+
+import os
+from pathlib import Path
+
+from threadmill.embedded import DEFAULT_EMBEDDED_PORT
+
+BASE_DIR = Path(os.environ.get("THREADMILL_HOME", Path.cwd()))
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "threadmill-demo-site-not-for-production")
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "django_tables2",
+    "threadmill",
+    "inspector",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "inspector.site.urls"
+ASGI_APPLICATION = "inspector.site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("THREADMILL_DB", str(BASE_DIR / "var" / "db.sqlite3")),
+    }
+}
+
+REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{DEFAULT_EMBEDDED_PORT}/0"
+
+TASKS = {
+    "default": {
+        "BACKEND": "threadmill.backends.redis.RedisTaskBackend",
+        "REDIS_URL": REDIS_URL,
+        "QUEUES": ["default", "emails", "reports"],
+        "OPTIONS": {"lease_ttl": 300},
+    }
+}
+
+LOGIN_URL = "admin:login"
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

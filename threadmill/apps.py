@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ThreadmillConfig(AppConfig):
+    name = "threadmill"
+    verbose_name = "Threadmill"

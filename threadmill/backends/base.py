@@ -1,0 +1,124 @@
+"""Backend-neutral types of Threadmill's tooling API: segments, pages and the task class.
+
+A queue's tasks live in exactly one *segment* at a time. The console and the worker
+read them through these types only, so they never depend on how a backend stores them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from django.tasks import Task, TaskResult
+
+
+class Segment(StrEnum):
+    """One of a queue's sets; a task is in exactly one of them."""
+
+    READY = "ready"
+    DEFERRED = "deferred"
+    RUNNING = "running"
+    SUCCESSFUL = "successful"
+    FAILED = "failed"
+    UNREADABLE = "unreadable"
+
+    @classmethod
+    def parse(cls, value: Segment | str) -> Segment:
+        """Return the member for `value`, raising ValueError naming an unknown segment."""
+        try:
+            return cls(value)
+        except ValueError:
+            names = ", ".join(member.value for member in cls)
+            raise ValueError(f"Unknown segment {value!r}; expected one of {names}.") from None
+
+
+#: Segments a task can be requeued from.
+REQUEUEABLE_SEGMENTS = frozenset(Segment) - {Segment.READY}
+
+#: The failures a stored payload raises when this code cannot read it as a task.
+#: UnicodeDecodeError: bytes that are not UTF-8. ValueError: not JSON, an unknown
+#: status, a bad timestamp. TypeError: JSON of the wrong shape (a list, a string).
+#: KeyError: a required field missing, a malformed error entry. ImportError: the task
+#: module, the task function or the retry callback is gone from the code base.
+UNREADABLE_PAYLOAD_ERRORS: tuple[type[Exception], ...] = (
+    UnicodeDecodeError,
+    ValueError,
+    TypeError,
+    KeyError,
+    ImportError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableTask:
+    """A stored task whose payload this code cannot read, kept exactly as stored."""
+
+    id: str
+    queue_name: str
+    segment: Segment
+    raw: bytes
+    error: str
+
+    @property
+    def preview(self) -> str:
+        """Return the raw payload as text, undecodable bytes replaced."""
+        return self.raw.decode("utf-8", errors="replace")
+
+
+class Page(Sequence):
+    """One page of a segment: its items in queue order and the segment's `total`."""
+
+    __slots__ = ("items", "total")
+
+    def __init__(self, items: list[TaskResult | UnreadableTask], total: int) -> None:
+        self.items = items
+        self.total = total
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.items[index]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __repr__(self) -> str:
+        return f"Page(items={len(self.items)}, total={self.total})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadmillTask(Task):
+    """A Django task with an optional retry policy (`@task(retry=...)`)."""
+
+    retry: Any = None
+
+    def __post_init__(self) -> None:
+        if self.retry is not None and not callable(self.retry):
+            from django.tasks.exceptions import InvalidTask
+
+            raise InvalidTask("retry must be a retry policy or a callable taking a TaskContext.")
+        super(ThreadmillTask, self).__post_init__()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadmillTaskResult(TaskResult):
+    """A task result that also carries the lease it was acquired under."""
+
+    lease_worker: str = ""
+    lease_token: str = ""
+    lease_started_at: datetime | None = None
+    lease_deadline: datetime | None = None
+    segment: Segment | None = field(default=None)
+
+
+def return_value_of(result: TaskResult) -> Any:
+    """Return the stored return value without the status check `return_value` applies."""
+    return result._return_value
+
+
+def json_preview(value: Any, limit: int = 200) -> str:
+    """Return `value` as compact JSON, cut to `limit` characters with an ellipsis."""
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

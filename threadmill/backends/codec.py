@@ -1,0 +1,217 @@
+"""The stored task document: encoding a new task, reading one back as a task result.
+
+A document is UTF-8 JSON with the task's path and options, its arguments, timestamps
+(epoch seconds), errors, worker ids and, once finished, the return value. Its stored
+status is validated but never trusted: the segment a task is in says where it stands.
+Reading is one rule: any of `UNREADABLE_PAYLOAD_ERRORS` means this code cannot read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from django.tasks import Task, TaskResultStatus
+from django.tasks.base import TaskError
+from django.utils.module_loading import import_string
+
+from ..retry import policy_from_spec, retry_spec
+from .base import Segment, ThreadmillTaskResult
+
+_STATUS_OF_SEGMENT = {
+    Segment.READY: TaskResultStatus.READY,
+    Segment.DEFERRED: TaskResultStatus.READY,
+    Segment.RUNNING: TaskResultStatus.RUNNING,
+    Segment.SUCCESSFUL: TaskResultStatus.SUCCESSFUL,
+    Segment.FAILED: TaskResultStatus.FAILED,
+}
+_VALID_STATUSES = frozenset(TaskResultStatus.values)
+_tasks: dict[tuple, Task] = {}
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+_loads = json.loads
+_fromtimestamp = datetime.fromtimestamp
+
+
+def timestamp(value: datetime | None) -> float | None:
+    """Return an aware datetime as epoch seconds, None as None."""
+    return None if value is None else value.timestamp()
+
+
+def moment(value: float | str | bytes | None) -> datetime | None:
+    """Return epoch seconds (a number, or the text Redis replies with) as an aware UTC datetime."""
+    if value is None or value == b"" or value == "":
+        return None
+    return _fromtimestamp(float(value), UTC)
+
+
+_last_uuid_ms = 0
+_uuid_seq = 0
+
+
+def new_task_id() -> str:
+    """Return a UUIDv7 whose text sorts in creation order within this process."""
+    global _last_uuid_ms, _uuid_seq
+    ms = time.time_ns() // 1_000_000
+    if ms <= _last_uuid_ms:
+        _uuid_seq += 1
+        if _uuid_seq > 0xFFF:
+            _last_uuid_ms += 1
+            _uuid_seq = 0
+        ms = _last_uuid_ms
+    else:
+        _last_uuid_ms, _uuid_seq = ms, int.from_bytes(os.urandom(2)) & 0x3FF
+    value = (ms << 80) | (0x7 << 76) | (_uuid_seq << 64) | (0b10 << 62)
+    value |= int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def task_spec(task: Task) -> dict[str, Any]:
+    """Return the JSON form of a task's identity and options."""
+    return {
+        "path": task.module_path,
+        "priority": task.priority,
+        "queue": task.queue_name,
+        "backend": task.backend,
+        "context": task.takes_context,
+        "run_after": timestamp(task.run_after),
+        "retry": retry_spec(getattr(task, "retry", None)),
+    }
+
+
+def encode_new(task: Task, task_id: str, args: Any, kwargs: Any, enqueued_at: float) -> str:
+    """Return the document of a freshly enqueued task."""
+    return _dumps(
+        {
+            "id": task_id,
+            "task": task_spec(task),
+            "status": "READY",
+            "args": args,
+            "kwargs": kwargs,
+            "enqueued_at": enqueued_at,
+            "started_at": None,
+            "last_attempted_at": None,
+            "finished_at": None,
+            "errors": [],
+            "worker_ids": [],
+        }
+    )
+
+
+def encode_result(result: ThreadmillTaskResult, return_value: Any = None) -> str:
+    """Return the document of `result` as it stands now, with its return value."""
+    return _dumps(
+        {
+            "id": result.id,
+            "task": task_spec(result.task),
+            "status": result.status.value,
+            "args": result.args,
+            "kwargs": result.kwargs,
+            "enqueued_at": timestamp(result.enqueued_at),
+            "started_at": timestamp(result.started_at),
+            "last_attempted_at": timestamp(result.last_attempted_at),
+            "finished_at": timestamp(result.finished_at),
+            "errors": [
+                {"exception_class_path": e.exception_class_path, "traceback": e.traceback} for e in result.errors
+            ],
+            "worker_ids": result.worker_ids,
+            "return_value": return_value,
+        }
+    )
+
+
+def _task_of(spec: dict[str, Any]) -> Task:
+    retry = spec["retry"]
+    key = (
+        spec["path"],
+        spec["priority"],
+        spec["queue"],
+        spec["backend"],
+        spec["context"],
+        spec["run_after"],
+        _dumps(retry) if isinstance(retry, dict) else retry,
+    )
+    task = _tasks.get(key)
+    if task is None:
+        task = _tasks[key] = _resolve_task(spec)
+    return task
+
+
+def _resolve_task(spec: dict[str, Any]) -> Task:
+    found = import_string(spec["path"])
+    if not isinstance(found, Task):
+        raise TypeError(f"{spec['path']} is not a task.")
+    changes: dict[str, Any] = {}
+    if found.priority != spec["priority"]:
+        changes["priority"] = spec["priority"]
+    if found.queue_name != spec["queue"]:
+        changes["queue_name"] = spec["queue"]
+    if found.backend != spec["backend"]:
+        changes["backend"] = spec["backend"]
+    if spec["run_after"] is not None:
+        changes["run_after"] = moment(spec["run_after"])
+    if hasattr(found, "retry"):
+        policy = policy_from_spec(spec["retry"])
+        if policy != found.retry:
+            changes["retry"] = policy
+    return replace(found, **changes) if changes else found
+
+
+def _errors_of(entries: list[dict[str, str]]) -> list[TaskError]:
+    return [TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"]) for e in entries]
+
+
+def decode(
+    data: bytes,
+    segment: Segment,
+    *,
+    started_at: bytes | None = None,
+    lease_worker: str = "",
+    lease_started_at: datetime | None = None,
+    lease_token: str = "",
+    lease_deadline: datetime | None = None,
+) -> ThreadmillTaskResult:
+    """Read a stored document as the task result of a task in `segment`, its lease applied.
+
+    Raises one of UNREADABLE_PAYLOAD_ERRORS when this code cannot read it.
+    """
+    doc = _loads(data.decode())
+    if doc["status"] not in _VALID_STATUSES:
+        raise ValueError(f"Unknown task status {doc['status']!r}.")
+    status = _STATUS_OF_SEGMENT[segment]
+    worker_ids = doc["worker_ids"]
+    first_started = doc["started_at"]
+    if lease_worker:
+        worker_ids = [*worker_ids, lease_worker]
+        last_attempted_at = lease_started_at
+        started = moment(started_at) if first_started is None else moment(first_started)
+    else:
+        last_attempted_at = moment(doc["last_attempted_at"])
+        started = moment(first_started)
+    finished = segment is Segment.SUCCESSFUL or segment is Segment.FAILED
+    result = ThreadmillTaskResult(
+        task=_task_of(doc["task"]),
+        id=doc["id"],
+        status=status,
+        enqueued_at=moment(doc["enqueued_at"]),
+        started_at=started,
+        finished_at=moment(doc["finished_at"]) if finished else None,
+        last_attempted_at=last_attempted_at,
+        args=doc["args"],
+        kwargs=doc["kwargs"],
+        backend=doc["task"]["backend"],
+        errors=_errors_of(doc["errors"]),
+        worker_ids=worker_ids,
+        lease_worker=lease_worker,
+        lease_token=lease_token,
+        lease_started_at=lease_started_at,
+        lease_deadline=lease_deadline,
+        segment=segment,
+    )
+    if segment is Segment.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", doc.get("return_value"))
+    return result

@@ -1,0 +1,57 @@
+"""The Redis key schema: the one module that builds key and channel names.
+
+Every key of a backend alias shares the Cluster hash tag `threadmill:{<alias>}`, so
+each Lua script touches one shard. See the README's "Data model" for the layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Segment
+
+#: Seconds a per-minute throughput counter outlives its minute (the console shows 60).
+THROUGHPUT_COUNTER_TTL_S = 2 * 60 * 60
+
+
+@dataclass(frozen=True, slots=True)
+class KeySchema:
+    """Builds every key and channel name of one backend alias."""
+
+    alias: str
+
+    @property
+    def prefix(self) -> str:
+        return f"threadmill:{{{self.alias}}}"
+
+    def task(self, task_id: str) -> str:
+        """Hash: `data`, `queue`, `segment`, `score`, `started_at` and the lease fields."""
+        return f"{self.prefix}:task:{task_id}"
+
+    def result(self, task_id: str) -> str:
+        """String: the finished task's document, expiring after `result_ttl`."""
+        return f"{self.prefix}:result:{task_id}"
+
+    def segment(self, queue_name: str, segment: Segment | str) -> str:
+        """Sorted set of task ids in one segment of a queue."""
+        return f"{self.prefix}:{queue_name}:{Segment(segment).value}"
+
+    def queues(self) -> str:
+        """Set of every queue name a task was ever enqueued on."""
+        return f"{self.prefix}:queues"
+
+    def throughput(self, queue_name: str, direction: str, minute: int) -> str:
+        """Counter of tasks in (`ingress`) or out (`egress`) of a queue in one epoch minute."""
+        return f"{self.prefix}:{queue_name}:{direction}:{minute}"
+
+    def telemetry(self) -> str:
+        """Pub/sub channel of ingress, egress and worker snapshot events."""
+        return f"{self.prefix}:telemetry"
+
+    def task_prefix(self) -> str:
+        """The prefix the Lua scripts append a task id to."""
+        return f"{self.prefix}:task:"
+
+    def result_prefix(self) -> str:
+        """The prefix the Lua scripts append a task id to for its result."""
+        return f"{self.prefix}:result:"

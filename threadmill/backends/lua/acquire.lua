@@ -1,0 +1,74 @@
+-- acquire: pop up to `count` ready tasks round-robin across queues and lease them.
+-- The payload is read, never decoded or rewritten: the lease is stored beside it.
+-- KEYS[1..n]    (zset) ready segments, in this call's rotation order
+-- KEYS[n+1..2n] (zset) the matching running segments (score: lease deadline)
+-- KEYS[2n+1]    (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
+-- ARGV[1] (number) n, the number of queues
+-- ARGV[2] (number) count, the most tasks to lease
+-- ARGV[3] (string) worker holding the lease
+-- ARGV[4] (number) lease time to live, seconds
+-- ARGV[5] (string) fencing token base; each lease's token is base .. ':' .. i, unique per lease
+-- Returns: {server_seconds, server_microseconds, id1, data1, started_at1, token1, queue_index1, id2, ...}
+local n = tonumber(ARGV[1])
+local count = tonumber(ARGV[2])
+local worker = ARGV[3]
+local ttl = tonumber(ARGV[4])
+local base = ARGV[5]
+local prefix = KEYS[2 * n + 1]
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+local now_text = string.format('%.6f', now)
+local deadline = now + ttl
+local out = {time[1], time[2]}
+local leased = 0
+
+local function lease(id, q)
+  local key = prefix .. id
+  local fields = redis.call('HMGET', key, 'data', 'started_at')
+  if not fields[1] then
+    return
+  end
+  leased = leased + 1
+  local token = base .. ':' .. leased
+  local started = fields[2]
+  if not started then
+    started = now_text
+    redis.call('HSET', key, 'segment', 'running', 'lease_worker', worker, 'lease_started_at', now_text,
+      'lease_token', token, 'started_at', started)
+  else
+    redis.call('HSET', key, 'segment', 'running', 'lease_worker', worker, 'lease_started_at', now_text,
+      'lease_token', token)
+  end
+  redis.call('ZADD', KEYS[n + q], deadline, id)
+  out[#out + 1] = id
+  out[#out + 1] = fields[1]
+  out[#out + 1] = started
+  out[#out + 1] = token
+  out[#out + 1] = q
+end
+
+if n == 1 then
+  local popped = redis.call('ZPOPMIN', KEYS[1], count)
+  for i = 1, #popped, 2 do
+    lease(popped[i], 1)
+  end
+  return out
+end
+
+local live = {}
+for q = 1, n do live[q] = true end
+local remaining = n
+while leased < count and remaining > 0 do
+  for q = 1, n do
+    if live[q] and leased < count then
+      local popped = redis.call('ZPOPMIN', KEYS[q], 1)
+      if #popped == 0 then
+        live[q] = false
+        remaining = remaining - 1
+      else
+        lease(popped[1], q)
+      end
+    end
+  end
+end
+return out

@@ -1,0 +1,48 @@
+-- requeue: move one task from any segment but ready back to ready, or to deferred.
+-- Keeps the id; clears the lease and any stored result. With a new document (the worker's
+-- retry path) that document replaces the payload; without one, a finished task's result
+-- document (which carries its errors and worker ids) becomes the payload, and any other
+-- payload is kept exactly as stored, so an unreadable task is requeued without parsing it.
+-- KEYS[1] (hash)   the task
+-- KEYS[2] (string) the task's result document
+-- KEYS[3..8] (zset) the task's queue segments: ready, deferred, running, successful, failed, unreadable
+-- ARGV[1] (string) task id
+-- ARGV[2] (string) target segment, "ready" or "deferred"
+-- ARGV[3] (number) run_after as epoch seconds (deferred only)
+-- ARGV[4] (string) lease token the task must hold, or "" for no fence
+-- ARGV[5] (string) new payload, or "" to keep the stored one
+-- Returns: 1 requeued; 0 no such task, or already ready; -1 the fence refused it
+local segments = {ready = 3, deferred = 4, running = 5, successful = 6, failed = 7, unreadable = 8}
+local fields = redis.call('HMGET', KEYS[1], 'segment', 'score', 'lease_token')
+local current = fields[1]
+if not current or current == 'ready' then
+  return 0
+end
+if ARGV[4] ~= '' and fields[3] ~= ARGV[4] then
+  return -1
+end
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'data', ARGV[5])
+else
+  local result = redis.call('GET', KEYS[2])
+  if result then
+    redis.call('HSET', KEYS[1], 'data', result)
+  end
+end
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- The ready score is (100 - priority) * 1e13 + enqueue milliseconds; a requeued task
+-- keeps its priority band and joins the back of it.
+local band = math.floor(tonumber(fields[2] or '1e15') / 1e13) * 1e13
+local score = band + now_ms
+redis.call('ZREM', KEYS[segments[current]], ARGV[1])
+redis.call('DEL', KEYS[2])
+redis.call('PERSIST', KEYS[1])
+redis.call('HDEL', KEYS[1], 'lease_worker', 'lease_token', 'lease_started_at', 'read_error')
+redis.call('HSET', KEYS[1], 'segment', ARGV[2], 'score', string.format('%.0f', score))
+if ARGV[2] == 'deferred' then
+  redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
+else
+  redis.call('ZADD', KEYS[3], string.format('%.0f', score), ARGV[1])
+end
+return 1

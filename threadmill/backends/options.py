@@ -1,0 +1,68 @@
+"""The backend's `OPTIONS`, parsed once into a frozen dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+#: Default time a worker may hold a task before the reaper takes it back, seconds.
+DEFAULT_LEASE_TTL_S = 3600.0
+#: Default time a finished task's result is kept, seconds.
+DEFAULT_RESULT_TTL_S = 86400.0
+#: Default pause between two broker (mover and reaper) passes, seconds.
+DEFAULT_BROKER_INTERVAL_S = 1.0
+#: Default most tasks the mover, reaper or purge handles in one script call.
+DEFAULT_BATCH_SIZE = 100
+#: Default first pause of a polling acquire, seconds.
+DEFAULT_POLL_INTERVAL_S = 0.01
+#: Default longest pause of a polling acquire, seconds.
+DEFAULT_POLL_MAX_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """Durations in seconds; each accepts a timedelta or a number in `OPTIONS`."""
+
+    lease_ttl: float = DEFAULT_LEASE_TTL_S
+    result_ttl: float = DEFAULT_RESULT_TTL_S
+    broker_interval: float = DEFAULT_BROKER_INTERVAL_S
+    batch_size: int = DEFAULT_BATCH_SIZE
+    poll_interval: float = DEFAULT_POLL_INTERVAL_S
+    poll_max_interval: float = DEFAULT_POLL_MAX_INTERVAL_S
+
+
+_DURATIONS = {"lease_ttl", "result_ttl", "broker_interval", "poll_interval", "poll_max_interval"}
+
+
+def _positive_number(alias: str, name: str, value: Any) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a positive number of seconds or a timedelta, "
+            f"not {value!r}."
+        )
+    return float(value)
+
+
+def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
+    """Return `raw` as BackendOptions; ImproperlyConfigured names any unknown or bad option."""
+    known = {f.name for f in fields(BackendOptions)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}]['OPTIONS'] has unknown option(s) {', '.join(unknown)}; "
+            f"known options are {', '.join(sorted(known))}."
+        )
+    parsed: dict[str, Any] = {}
+    for name, value in raw.items():
+        number = _positive_number(alias, name, value)
+        if name == "batch_size":
+            if number != int(number):
+                raise ImproperlyConfigured(f"TASKS[{alias!r}]['OPTIONS']['batch_size'] must be a whole number.")
+            number = int(number)
+        parsed[name] = number
+    return BackendOptions(**parsed)

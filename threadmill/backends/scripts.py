@@ -1,0 +1,159 @@
+"""One named Python wrapper for each Lua script; each call is one atomic operation.
+
+The wrappers take key names already built by `KeySchema` and return the script's
+reply as it comes (bytes). Driver errors become `BackendConnectionError` here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from importlib.resources import files
+from typing import Any
+
+import redis
+
+from ..exceptions import BackendConnectionError
+from .base import Segment
+from .keys import THROUGHPUT_COUNTER_TTL_S, KeySchema
+
+_SEGMENT_ORDER = (
+    Segment.READY,
+    Segment.DEFERRED,
+    Segment.RUNNING,
+    Segment.SUCCESSFUL,
+    Segment.FAILED,
+    Segment.UNREADABLE,
+)
+
+
+def _source(name: str) -> str:
+    return files("threadmill.backends").joinpath("lua", f"{name}.lua").read_text()
+
+
+def translate_errors(method):
+    """Re-raise redis-py's connection and response errors as BackendConnectionError."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise BackendConnectionError(f"Cannot reach the Redis server: {e}") from e
+        except redis.ResponseError as e:
+            raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
+
+    return wrapper
+
+
+class RedisScripts:
+    """The backend's Lua scripts, registered once on a client."""
+
+    def __init__(self, client: redis.Redis, keys: KeySchema) -> None:
+        self.keys = keys
+        register = client.register_script
+        self._enqueue = register(_source("enqueue"))
+        self._acquire = register(_source("acquire"))
+        self._acknowledge = register(_source("acknowledge"))
+        self._requeue = register(_source("requeue"))
+        self._quarantine = register(_source("quarantine"))
+        self._promote = register(_source("promote"))
+        self._claim_expired = register(_source("claim_expired"))
+        self._purge = register(_source("purge"))
+        self._delete = register(_source("delete"))
+        self._peek = register(_source("peek"))
+
+    def segment_keys(self, queue_name: str) -> list[str]:
+        """Return the six segment keys of a queue in the scripts' order."""
+        return [self.keys.segment(queue_name, segment) for segment in _SEGMENT_ORDER]
+
+    @translate_errors
+    def enqueue(
+        self, task_id: str, payload: str, queue_name: str, segment: Segment, ready_score: str, score: str, minute: int
+    ) -> None:
+        k = self.keys
+        self._enqueue(
+            keys=[k.task(task_id), k.segment(queue_name, segment), k.queues(), k.throughput(queue_name, "ingress", minute)],
+            args=[task_id, payload, queue_name, segment.value, ready_score, score, k.telemetry(), THROUGHPUT_COUNTER_TTL_S],
+        )
+
+    @translate_errors
+    def acquire(self, queue_names: Sequence[str], count: int, worker: str, lease_ttl: float, token_base: str) -> list:
+        k = self.keys
+        keys = [k.segment(q, Segment.READY) for q in queue_names]
+        keys += [k.segment(q, Segment.RUNNING) for q in queue_names]
+        keys.append(k.task_prefix())
+        return self._acquire(keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base])
+
+    @translate_errors
+    def acknowledge(self, entries: Sequence[tuple[str, str, str, str, Segment]], result_ttl: float, minute: int) -> list:
+        """Acknowledge (task id, queue, lease token, document, finished segment) entries; 1 or 0 each."""
+        k = self.keys
+        keys: list[str] = []
+        args: list[Any] = [int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry()]
+        for task_id, queue_name, token, document, segment in entries:
+            keys += [
+                k.task(task_id),
+                k.result(task_id),
+                k.segment(queue_name, Segment.RUNNING),
+                k.segment(queue_name, segment),
+                k.throughput(queue_name, "egress", minute),
+            ]
+            args += [token, document, segment.value, queue_name]
+        return self._acknowledge(keys=keys, args=args)
+
+    @translate_errors
+    def requeue(
+        self, task_id: str, queue_name: str, *, run_after: float | None, token: str = "", document: str = ""
+    ) -> int:
+        k = self.keys
+        target = "ready" if run_after is None else "deferred"
+        return self._requeue(
+            keys=[k.task(task_id), k.result(task_id), *self.segment_keys(queue_name)],
+            args=[task_id, target, "" if run_after is None else repr(run_after), token, document],
+        )
+
+    @translate_errors
+    def quarantine(self, task_id: str, queue_name: str, segment: Segment, error: str, token: str = "") -> int:
+        k = self.keys
+        return self._quarantine(
+            keys=[k.task(task_id), k.segment(queue_name, segment), k.segment(queue_name, Segment.UNREADABLE)],
+            args=[task_id, error, token],
+        )
+
+    @translate_errors
+    def promote(self, queue_name: str, batch_size: int) -> int:
+        k = self.keys
+        return self._promote(
+            keys=[k.segment(queue_name, Segment.DEFERRED), k.segment(queue_name, Segment.READY), k.task_prefix()],
+            args=[batch_size],
+        )
+
+    @translate_errors
+    def claim_expired(self, queue_name: str, batch_size: int, claim_window_s: float, token_base: str) -> list:
+        k = self.keys
+        return self._claim_expired(
+            keys=[k.segment(queue_name, Segment.RUNNING), k.task_prefix()],
+            args=[batch_size, claim_window_s, token_base],
+        )
+
+    @translate_errors
+    def purge(self, queue_name: str, segment: Segment, batch_size: int) -> int:
+        k = self.keys
+        return self._purge(
+            keys=[k.segment(queue_name, segment), k.task_prefix(), k.result_prefix()],
+            args=[batch_size, segment.value],
+        )
+
+    @translate_errors
+    def delete(self, task_ids: Sequence[str]) -> int:
+        k = self.keys
+        return self._delete(keys=[k.task_prefix(), k.result_prefix(), f"{k.prefix}:"], args=list(task_ids))
+
+    @translate_errors
+    def peek(self, queue_name: str, segment: Segment, offset: int, count: int, newest_first: bool) -> list:
+        k = self.keys
+        return self._peek(
+            keys=[k.segment(queue_name, segment), k.task_prefix(), k.result_prefix()],
+            args=[offset, count, "1" if newest_first else "0"],
+        )

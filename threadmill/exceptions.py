@@ -1,0 +1,25 @@
+"""Threadmill's exception hierarchy, rooted at `ThreadmillError`."""
+
+
+class ThreadmillError(Exception):
+    """Raised as the base of every error Threadmill defines; never raised directly."""
+
+
+class BackendConnectionError(ThreadmillError):
+    """Raised when the Redis server cannot be reached or answers with an error."""
+
+
+class AcknowledgementTimeout(ThreadmillError):
+    """Raised (and recorded as a task error) when a task's lease expired before it was acknowledged."""
+
+
+class LeaseLost(ThreadmillError):
+    """Raised when a fenced write is refused because the task was leased again since."""
+
+
+class UnreadableTaskError(ThreadmillError):
+    """Raised when a caller asks for a task result whose stored payload this code cannot read."""
+
+
+class EmbeddedServerError(ThreadmillError):
+    """Raised when the embedded Valkey server cannot start, or a copy already runs on its data directory."""

@@ -1,0 +1,50 @@
+"""Pure state decisions about a leased task: how it finishes and whether it runs again.
+
+Each function takes `now` (and randomness, through the retry policy) as arguments and
+mutates only the task result it is given, in place, as Django's own backends do.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from traceback import format_exception
+
+from django.tasks import TaskContext, TaskResult, TaskResultStatus
+from django.tasks.base import TaskError
+
+from .exceptions import AcknowledgementTimeout
+from .retry import next_retry_delay
+
+
+def class_path(cls: type) -> str:
+    """Return the dotted path of a class."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def error_of(exception: BaseException) -> TaskError:
+    """Return the TaskError recording `exception` and its traceback."""
+    return TaskError(exception_class_path=class_path(type(exception)), traceback="".join(format_exception(exception)))
+
+
+def mark_successful(result: TaskResult, now: datetime) -> None:
+    """Record that the task returned."""
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", now)
+
+
+def mark_failed(result: TaskResult, error: TaskError, now: datetime) -> None:
+    """Record that the task failed with `error`."""
+    result.errors.append(error)
+    object.__setattr__(result, "status", TaskResultStatus.FAILED)
+    object.__setattr__(result, "finished_at", now)
+
+
+def retry_delay(result: TaskResult) -> timedelta | None:
+    """Return how long a failed task waits before running again, or None for no retry."""
+    return next_retry_delay(getattr(result.task, "retry", None), TaskContext(task_result=result))
+
+
+def lease_expired_error(message: str) -> TaskError:
+    """Return the TaskError the reaper records for a lease that expired."""
+    path = class_path(AcknowledgementTimeout)
+    return TaskError(exception_class_path=path, traceback=f"{path}: {message}\n")
