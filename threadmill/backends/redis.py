@@ -354,6 +354,68 @@ class RedisTaskBackend(BaseTaskBackend):
         values = [int(v or 0) for v in self.client.mget(keys)]
         return {"ingress": values[:minutes], "egress": values[minutes:]}
 
+    # -- console tooling (see threadmill.api) ------------------------------------------
+
+    def peek_matching(
+        self, queue_name: str, *, segment: Segment | str, needles: Sequence[str], offset: int = 0, count: int = 50,
+        scan_limit: int = 100_000,
+    ) -> tuple[Page, bool]:
+        """Return one page of the tasks whose document contains every needle, in one round trip.
+
+        The page's total counts the matches among the first `scan_limit` entries; the
+        boolean is False when the segment is longer than that, so the total is a lower bound.
+        """
+        segment = Segment.parse(segment)
+        if offset < 0 or count < 1:
+            raise ValueError("peek_matching needs offset >= 0 and count >= 1.")
+        reply = self.scripts.peek_matching(
+            queue_name, segment, offset, count, segment in _NEWEST_FIRST, scan_limit, needles
+        )
+        items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(3, len(reply), 9)]
+        return Page(items, int(reply[0])), bool(int(reply[1]))
+
+    def requeue_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> int:
+        """Requeue the given tasks of one segment to ready in one script; return how many moved."""
+        segment = Segment.parse(segment)
+        ids = list(task_ids)
+        return self.scripts.requeue_many(queue_name, segment, ids) if ids else 0
+
+    def requeue_matching(self, queue_name: str, *, segment: Segment | str, needles: Sequence[str] = ()) -> int:
+        """Requeue every task of a segment whose document contains every needle, one window per script call."""
+        segment = Segment.parse(segment)
+        total, cursor = 0, 0
+        while cursor >= 0:
+            moved, cursor = self.scripts.requeue_matching(
+                queue_name, segment, cursor, self.options.batch_size, segment in _NEWEST_FIRST, needles
+            )
+            total += moved
+        return total
+
+    @translate_errors
+    def count_in_segment(self, queue_name: str, segment: Segment | str, task_ids: Sequence[str]) -> int:
+        """Return how many of the given task ids are in one segment of a queue now."""
+        if not task_ids:
+            return 0
+        scores = self.client.zmscore(self.keys.segment(queue_name, Segment.parse(segment)), list(task_ids))
+        return sum(score is not None for score in scores)
+
+    @translate_errors
+    def peek_task(self, task_id: str) -> ThreadmillTaskResult | UnreadableTask:
+        """Return one task in whatever segment it is, an unreadable one as stored; TaskResultDoesNotExist if none."""
+        fields = self.client.hmget(self.keys.task(task_id), ("queue", "segment", "score"))
+        if fields[0] is None:
+            raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
+        queue_name, segment = fields[0].decode(), Segment(fields[1].decode())
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.task(task_id), _HASH_FIELDS)
+        pipe.get(self.keys.result(task_id))
+        pipe.zscore(self.keys.segment(queue_name, segment), task_id)
+        (data, _, _, started_at, worker, lease_started, token, read_error), stored_result, score = pipe.execute()
+        if data is None:
+            raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
+        row = [task_id.encode(), data, stored_result, started_at, worker, lease_started, token, read_error, score]
+        return self._peeked(queue_name, segment, row)
+
     def check(self, **kwargs) -> list:
         from .checks import check_backend
 

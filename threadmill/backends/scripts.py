@@ -62,6 +62,8 @@ class RedisScripts:
         self._purge = register(_source("purge"))
         self._delete = register(_source("delete"))
         self._peek = register(_source("peek"))
+        self._peek_matching = register(_source("peek_matching"))
+        self._requeue_many = register(_source("requeue_many"))
 
     def segment_keys(self, queue_name: str) -> list[str]:
         """Return the six segment keys of a queue in the scripts' order."""
@@ -157,3 +159,36 @@ class RedisScripts:
             keys=[k.segment(queue_name, segment), k.task_prefix(), k.result_prefix()],
             args=[offset, count, "1" if newest_first else "0"],
         )
+
+    @translate_errors
+    def peek_matching(
+        self, queue_name: str, segment: Segment, offset: int, count: int, newest_first: bool, scan_limit: int,
+        needles: Sequence[str],
+    ) -> list:
+        k = self.keys
+        return self._peek_matching(
+            keys=[k.segment(queue_name, segment), k.task_prefix(), k.result_prefix()],
+            args=[offset, count, "1" if newest_first else "0", scan_limit, *needles],
+        )
+
+    @translate_errors
+    def requeue_many(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> int:
+        """Requeue the given tasks of one segment to ready in one script; return how many moved."""
+        k = self.keys
+        reply = self._requeue_many(
+            keys=[k.task_prefix(), k.result_prefix(), k.segment(queue_name, Segment.READY), k.segment(queue_name, segment)],
+            args=[segment.value, "ids", *task_ids],
+        )
+        return int(reply[0])
+
+    @translate_errors
+    def requeue_matching(
+        self, queue_name: str, segment: Segment, cursor: int, window: int, newest_first: bool, needles: Sequence[str]
+    ) -> tuple[int, int]:
+        """Requeue the matching tasks of one window of a segment; return (requeued, next cursor or -1)."""
+        k = self.keys
+        reply = self._requeue_many(
+            keys=[k.task_prefix(), k.result_prefix(), k.segment(queue_name, Segment.READY), k.segment(queue_name, segment)],
+            args=[segment.value, "scan", cursor, window, "1" if newest_first else "0", *needles],
+        )
+        return int(reply[0]), int(reply[1])
