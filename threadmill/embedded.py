@@ -42,6 +42,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+    """Return whether nothing listens on `port` of 127.0.0.1."""
+    with socket.socket() as s:
+        # Like the server itself, ignore connections of an earlier run still in TIME_WAIT.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 class EmbeddedValkey:
     """A Valkey server owned by this process, on 127.0.0.1."""
 
@@ -70,6 +82,11 @@ class EmbeddedValkey:
         """Start the server and wait until it answers; EmbeddedServerError if it cannot."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock()
+        if not port_is_free(self.port):
+            self._release()
+            raise EmbeddedServerError(
+                f"Port {self.port} on 127.0.0.1 is already in use; stop what listens there or set REDIS_URL."
+            )
         command = [
             self.binary,
             "--port", str(self.port),

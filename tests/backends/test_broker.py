@@ -1,0 +1,114 @@
+"""The mover and the reaper, run by RedisBroker."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+from django.tasks import TaskResultStatus
+
+from tests.backends.conftest import enqueue
+from tests.tasks import echo, explode, flaky
+from threadmill.backends.base import Segment
+from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+
+RUNNING = "threadmill:{default}:default:running"
+
+
+def _expire_leases(raw) -> None:
+    for task_id in raw.zrange(RUNNING, 0, -1):
+        raw.zadd(RUNNING, {task_id: 1})
+
+
+def test_the_mover_promotes_due_deferred_tasks_in_priority_order(backend, raw):
+    due = enqueue(backend, echo.using(run_after=datetime.now(UTC) - timedelta(seconds=1)), 1)
+    later = enqueue(backend, echo.using(run_after=datetime.now(UTC) + timedelta(hours=1)), 2)
+    assert RedisBroker(backend, ["default"]).move("default") == 1
+    assert [r.id for r in backend.peek("default", segment="ready")] == [due.id]
+    assert [r.id for r in backend.peek("default", segment="deferred")] == [later.id]
+
+
+def test_the_mover_works_through_more_than_one_batch(backend):
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    for i in range(17):  # batch_size is 7 in the contract fixture
+        enqueue(backend, echo.using(run_after=past), i)
+    assert RedisBroker(backend, ["default"]).move("default") == 17
+    assert backend.queue_stats()["default"][Segment.READY] == 17
+
+
+def test_the_reaper_fails_an_expired_lease_with_acknowledgement_timeout(backend, raw):
+    result = enqueue(backend, explode)
+    backend.acquire("default", worker="host:1")
+    _expire_leases(raw)
+    assert RedisBroker(backend, ["default"]).reap("default") == 1
+    failed = backend.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[-1].exception_class_path == "threadmill.exceptions.AcknowledgementTimeout"
+    assert "host:1" in failed.errors[-1].traceback
+    assert failed.worker_ids == ["host:1"]
+
+
+def test_the_reaper_retries_per_the_tasks_policy(backend, raw):
+    result = enqueue(backend, flaky)
+    backend.acquire("default", worker="host:1")
+    _expire_leases(raw)
+    RedisBroker(backend, ["default"]).reap("default")
+    assert [r.id for r in backend.peek("default", segment="deferred")] == [result.id]
+    stored = backend.get_result(result.id)
+    assert stored.status == TaskResultStatus.READY
+    assert stored.worker_ids == ["host:1"]
+    assert len(stored.errors) == 1
+
+
+def test_the_reaper_leaves_live_leases_alone(backend):
+    enqueue(backend, echo, 1)
+    backend.acquire("default", worker="w")
+    assert RedisBroker(backend, ["default"]).reap("default") == 0
+    assert backend.queue_stats()["default"][Segment.RUNNING] == 1
+
+
+def test_a_late_acknowledgement_after_the_reaper_is_refused(backend, raw):
+    from tests.backends.conftest import finish
+
+    enqueue(backend, explode)
+    [leased] = backend.acquire("default", worker="slow")
+    _expire_leases(raw)
+    RedisBroker(backend, ["default"]).reap("default")
+    assert not finish(backend, leased, "too late")
+    assert backend.queue_stats()["default"][Segment.FAILED] == 1
+
+
+def test_several_brokers_at_once_never_handle_one_task_twice(backend, raw):
+    ids = {enqueue(backend, explode).id for _ in range(40)}
+    while backend.acquire("default", count=10, worker="w"):
+        pass
+    _expire_leases(raw)
+    reaped = [0, 0, 0]
+
+    def reap(slot):
+        other = RedisTaskBackend("default", {"REDIS_URL": backend.redis_url, "OPTIONS": {"batch_size": 3}})
+        reaped[slot] = RedisBroker(other, ["default"]).reap("default")
+
+    threads = [threading.Thread(target=reap, args=(slot,)) for slot in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(reaped) == 40
+    failed = backend.peek("default", segment="failed", count=100)
+    assert {r.id for r in failed} == ids
+    assert all(len(r.errors) == 1 for r in failed)
+
+
+def test_run_stops_when_its_event_is_set(backend):
+    stop = threading.Event()
+    enqueue(backend, echo.using(run_after=datetime.now(UTC) - timedelta(seconds=1)), 1)
+    thread = threading.Thread(target=RedisBroker(backend, ["default"]).run, args=(stop,))
+    thread.start()
+    deadline = datetime.now(UTC) + timedelta(seconds=5)
+    while backend.queue_stats()["default"][Segment.READY] == 0 and datetime.now(UTC) < deadline:
+        stop.wait(0.01)
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert backend.queue_stats()["default"][Segment.READY] == 1
