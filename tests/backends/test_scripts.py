@@ -1,0 +1,108 @@
+"""Each Lua script through its one Python wrapper, asserting its effect on the keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.backends.conftest import enqueue
+from tests.tasks import echo
+from threadmill.backends.base import Segment
+
+T = "threadmill:{default}:task:"
+Q = "threadmill:{default}:default:"
+
+
+@pytest.fixture
+def scripts(backend):
+    return backend.scripts
+
+
+def test_enqueue_writes_the_hash_the_segment_the_queue_set_and_a_counter(scripts, raw):
+    scripts.enqueue("id-1", '{"x":1}', "default", Segment.READY, "100", "100", 42)
+    assert raw.hgetall(T + "id-1") == {b"data": b'{"x":1}', b"queue": b"default", b"segment": b"ready", b"score": b"100"}
+    assert raw.zscore(Q + "ready", "id-1") == 100
+    assert raw.smembers("threadmill:{default}:queues") == {b"default"}
+    assert raw.get(Q + "ingress:42") == b"1"
+    assert 0 < raw.ttl(Q + "ingress:42")
+
+
+def test_acquire_moves_ids_to_running_with_a_deadline_from_the_server_clock(scripts, raw):
+    for i in range(3):
+        scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)
+    reply = scripts.acquire(["default"], 2, "w", 30, "base")
+    now = int(reply[0])
+    assert [reply[2], reply[7]] == [b"id-0", b"id-1"]
+    assert [reply[5], reply[10]] == [b"base:1", b"base:2"]
+    assert raw.zrange(Q + "ready", 0, -1) == [b"id-2"]
+    assert now + 29 <= raw.zscore(Q + "running", "id-0") <= now + 31
+    assert raw.hget(T + "id-0", "segment") == b"running"
+
+
+def test_acknowledge_refuses_a_wrong_token_and_stores_a_right_one(scripts, raw):
+    scripts.enqueue("id", "{}", "default", Segment.READY, "1", "1", 1)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    entries = [("id", "default", "wrong", "{}", Segment.SUCCESSFUL)]
+    assert scripts.acknowledge(entries, 60, 1) == [0]
+    assert raw.get("threadmill:{default}:result:id") is None
+    assert scripts.acknowledge([("id", "default", "tok:1", '{"r":1}', Segment.SUCCESSFUL)], 60, 1) == [1]
+    assert raw.get("threadmill:{default}:result:id") == b'{"r":1}'
+    assert raw.zrange(Q + "successful", 0, -1) == [b"id"]
+    assert raw.get(Q + "egress:1") == b"1"
+
+
+def test_requeue_moves_from_any_segment_and_keeps_the_priority_band(scripts, raw):
+    scripts.enqueue("id", "{}", "default", Segment.READY, "30000000000005", "30000000000005", 1)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    assert scripts.requeue("id", "default", run_after=None) == 1
+    assert raw.zscore(Q + "ready", "id") // 10**13 == 3
+    assert scripts.requeue("id", "default", run_after=None) == 0
+
+
+def test_quarantine_moves_to_unreadable_and_records_the_error(scripts, raw):
+    scripts.enqueue("id", "junk", "default", Segment.READY, "1", "1", 1)
+    assert scripts.quarantine("id", "default", Segment.READY, "ValueError: junk") == 1
+    assert raw.zrange(Q + "unreadable", 0, -1) == [b"id"]
+    assert raw.hget(T + "id", "read_error") == b"ValueError: junk"
+    assert raw.hget(T + "id", "data") == b"junk"
+
+
+def test_promote_moves_due_ids_with_their_stored_ready_score(scripts, raw):
+    scripts.enqueue("due", "{}", "default", Segment.DEFERRED, "77", "1", 1)
+    scripts.enqueue("later", "{}", "default", Segment.DEFERRED, "78", "99999999999", 1)
+    assert scripts.promote("default", 10) == 1
+    assert raw.zrange(Q + "ready", 0, -1, withscores=True) == [(b"due", 77.0)]
+
+
+def test_claim_expired_gives_a_new_token_and_a_claim_window(scripts, raw):
+    scripts.enqueue("id", "{}", "default", Segment.READY, "1", "1", 1)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    raw.zadd(Q + "running", {"id": 1})
+    reply = scripts.claim_expired("default", 10, 60, "claim")
+    assert reply[0] == b"id" and reply[2] == b"w" and reply[5] == b"claim:1"
+    assert raw.hget(T + "id", "lease_token") == b"claim:1"
+    assert raw.zscore(Q + "running", "id") > 1000
+    assert scripts.claim_expired("default", 10, 60, "again") == []
+
+
+def test_purge_deletes_one_batch_and_spares_tasks_that_moved(scripts, raw):
+    for i in range(5):
+        scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)
+    raw.hset(T + "id-0", "segment", "running")
+    assert scripts.purge("default", Segment.READY, 3) == 3
+    assert raw.exists(T + "id-0") and not raw.exists(T + "id-1")
+    assert raw.zcard(Q + "ready") == 2
+
+
+def test_delete_removes_the_hash_the_result_and_the_segment_entry(scripts, raw, backend):
+    result = enqueue(backend, echo, 1)
+    raw.set(f"threadmill:{{default}}:result:{result.id}", "r")
+    assert scripts.delete([result.id, "missing"]) == 1
+    assert raw.keys(f"*{result.id}*") == []
+    assert raw.zcard(Q + "ready") == 0
+
+
+def test_peek_returns_the_total_and_rows_in_one_reply(scripts, backend):
+    ids = [enqueue(backend, echo, i).id for i in range(4)]
+    reply = scripts.peek("default", Segment.READY, 1, 2, False)
+    assert reply[0] == 4
+    assert [reply[2], reply[11]] == [ids[1].encode(), ids[2].encode()]
