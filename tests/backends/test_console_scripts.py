@@ -111,3 +111,12 @@ def test_peek_task_returns_an_unreadable_task_as_stored(backend, raw):
     assert isinstance(found, UnreadableTask)
     assert found.raw == b"<script>x</script>"
     assert found.segment is Segment.UNREADABLE
+
+
+def test_peek_matching_without_needles_reads_a_deep_page_in_either_order(backend):
+    ids = [enqueue(backend, echo, i).id for i in range(10)]
+    page, complete = backend.peek_matching("default", segment="ready", needles=[], offset=7, count=5)
+    assert complete and page.total == 10
+    assert [r.id for r in page] == ids[7:]
+    page, _ = backend.peek_matching("default", segment="ready", needles=[], offset=0, count=2, newest_first=True)
+    assert [r.id for r in page] == ids[::-1][:2]

@@ -358,18 +358,21 @@ class RedisTaskBackend(BaseTaskBackend):
 
     def peek_matching(
         self, queue_name: str, *, segment: Segment | str, needles: Sequence[str], offset: int = 0, count: int = 50,
-        scan_limit: int = 100_000,
+        scan_limit: int = 100_000, newest_first: bool | None = None,
     ) -> tuple[Page, bool]:
         """Return one page of the tasks whose document contains every needle, in one round trip.
 
         The page's total counts the matches among the first `scan_limit` entries; the
         boolean is False when the segment is longer than that, so the total is a lower bound.
+        Without needles it is a plain page at any depth. `newest_first` None keeps the
+        segment's natural order (finished segments newest first, others in queue order).
         """
         segment = Segment.parse(segment)
         if offset < 0 or count < 1:
             raise ValueError("peek_matching needs offset >= 0 and count >= 1.")
         reply = self.scripts.peek_matching(
-            queue_name, segment, offset, count, segment in _NEWEST_FIRST, scan_limit, needles
+            queue_name, segment, offset, count,
+            segment in _NEWEST_FIRST if newest_first is None else newest_first, scan_limit, needles,
         )
         items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(3, len(reply), 9)]
         return Page(items, int(reply[0])), bool(int(reply[1]))

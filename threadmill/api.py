@@ -1,0 +1,454 @@
+"""The tooling API: what the console (or a script) reads and does to queues, through the backend.
+
+The role Sidekiq's `api.rb` plays for its web UI: the console never builds a Redis key and
+never imports `redis`; every read and every action goes through here. Each action that
+touches several tasks is one Lua script (or one script per bounded window), so a crash
+cannot lose a task between two writes. Worker snapshots arrive on the telemetry channel;
+one `TelemetryHub` per process holds one subscription and fans events out to listeners.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.tasks import task_backends
+from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
+
+from .backends.base import REQUEUEABLE_SEGMENTS, Segment, UnreadableTask
+from .backends.redis import RedisTaskBackend
+from .exceptions import BackendConnectionError
+
+logger = logging.getLogger("threadmill.api")
+
+__all__ = [
+    "REQUEUEABLE_SEGMENTS",
+    "Filter",
+    "QueueSummary",
+    "Segment",
+    "TaskResultDoesNotExist",
+    "TelemetryHub",
+    "UnreadableTask",
+    "WorkerSnapshot",
+    "backend_aliases",
+    "get_backend",
+    "hub",
+]
+
+#: Seconds between two worker snapshots when a snapshot does not say.
+DEFAULT_TELEMETRY_INTERVAL_S = 2.0
+#: Snapshot intervals a worker may stay silent before it is shown as lost.
+LOST_AFTER_INTERVALS = 3
+#: Most segment entries a filtered view scans; past it, its count is a lower bound.
+FILTER_SCAN_LIMIT = 100_000
+#: Points in a throughput sparkline, one per minute.
+SPARKLINE_MINUTES = 60
+
+_DOTTED_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def backend_aliases() -> list[str]:
+    """Return the aliases of every configured threadmill backend, in settings order."""
+    from django.conf import settings
+
+    return [alias for alias in settings.TASKS if isinstance(task_backends[alias], RedisTaskBackend)]
+
+
+def get_backend(alias: str) -> RedisTaskBackend:
+    """Return the threadmill backend of `alias`; LookupError when there is none."""
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        raise LookupError(f"No task backend is configured as {alias!r}.") from None
+    if not isinstance(backend, RedisTaskBackend):
+        raise LookupError(f"The task backend {alias!r} is not a threadmill backend.")
+    return backend
+
+
+def has_queue(alias: str, queue_name: str) -> bool:
+    """Return whether a backend knows the queue (configured, or a task was ever enqueued on it)."""
+    return queue_name in get_backend(alias).queue_names()
+
+
+# -- reading segments ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """A segment view's filter: a task path and an error class path, each optional."""
+
+    task_path: str = ""
+    error_class: str = ""
+
+    def __post_init__(self) -> None:
+        for name, value in (("task path", self.task_path), ("error class", self.error_class)):
+            if value and (len(value) > 200 or not _DOTTED_PATH.match(value)):
+                raise ValueError(f"The {name} filter must be a dotted Python path, such as 'myapp.tasks.send'.")
+
+    def __bool__(self) -> bool:
+        return bool(self.task_path or self.error_class)
+
+    @property
+    def needles(self) -> list[str]:
+        """The exact JSON fragments a matching stored document contains."""
+        out = []
+        if self.task_path:
+            out.append(f'"path":{json.dumps(self.task_path)}')
+        if self.error_class:
+            out.append(f'"exception_class_path":{json.dumps(self.error_class)}')
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPage:
+    """One page of a (possibly filtered) segment: rows, total, and whether the total is exact."""
+
+    items: list
+    total: int
+    exact: bool = True
+
+
+def page(
+    alias: str, queue_name: str, segment: Segment, offset: int, count: int, where: Filter = Filter(),
+    newest_first: bool | None = None,
+) -> SegmentPage:
+    """Return one page of a segment, filtered or not, with its total, in one round trip.
+
+    `newest_first` None keeps the segment's natural order (finished segments newest first).
+    """
+    found, complete = get_backend(alias).peek_matching(
+        queue_name, segment=segment, needles=where.needles, offset=offset, count=count,
+        scan_limit=FILTER_SCAN_LIMIT, newest_first=newest_first,
+    )
+    return SegmentPage(found.items, found.total, complete)
+
+
+def natural_newest_first(segment: Segment) -> bool:
+    """Return whether a segment lists newest first by default (finished and unreadable ones do)."""
+    return segment in (Segment.SUCCESSFUL, Segment.FAILED, Segment.UNREADABLE)
+
+
+def task(alias: str, task_id: str):
+    """Return one task (a task result, or an UnreadableTask); TaskResultDoesNotExist if none."""
+    return get_backend(alias).peek_task(task_id)
+
+
+# -- actions ---------------------------------------------------------------------------
+
+
+def count_selected(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> int:
+    """Return how many of the selected tasks are in the segment now."""
+    return get_backend(alias).count_in_segment(queue_name, segment, task_ids)
+
+
+def count_view(alias: str, queue_name: str, segment: Segment, where: Filter = Filter()) -> int:
+    """Return how many tasks a (possibly filtered) segment view holds now."""
+    return page(alias, queue_name, segment, 0, 1, where).total
+
+
+def requeue(alias: str, task_id: str) -> bool:
+    """Requeue one task by id, keeping its stored payload as it is (it may be unreadable)."""
+    return get_backend(alias).requeue(task_id)
+
+
+def requeue_selected(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> int:
+    """Requeue the selected tasks of a segment in one script; return how many moved."""
+    return get_backend(alias).requeue_many(queue_name, segment=segment, task_ids=task_ids)
+
+
+def requeue_view(alias: str, queue_name: str, segment: Segment, where: Filter = Filter()) -> int:
+    """Requeue every task of a (possibly filtered) segment view, one script per window."""
+    return get_backend(alias).requeue_matching(queue_name, segment=segment, needles=where.needles)
+
+
+def delete(alias: str, task_ids: Sequence[str]) -> int:
+    """Delete the selected tasks, their data and results in one script; return how many existed."""
+    return get_backend(alias).delete(task_ids)
+
+
+def purge(alias: str, queue_name: str, segment: Segment) -> int:
+    """Delete a whole segment and the task data it owns; return how many tasks were removed."""
+    return get_backend(alias).purge(queue_name, segment=segment)
+
+
+# -- overview --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """Counts, latency, throughput and a status line for one queue of one backend."""
+
+    alias: str
+    queue_name: str
+    counts: dict[Segment, int]
+    latency_s: float | None
+    ingress: list[int]
+    egress: list[int]
+    status: str
+    status_level: str
+
+    @property
+    def ingress_per_minute(self) -> int:
+        return self.ingress[-1] if self.ingress else 0
+
+    @property
+    def egress_per_minute(self) -> int:
+        return self.egress[-1] if self.egress else 0
+
+
+def overview(now: float | None = None) -> list[QueueSummary]:
+    """Return a summary of every queue of every threadmill backend."""
+    now = time.time() if now is None else now
+    workers = hub().workers(now)
+    out = []
+    for alias in backend_aliases():
+        backend = get_backend(alias)
+        stats = backend.queue_stats()
+        oldest = backend.oldest_ready_enqueued_at(list(stats))
+        for queue_name, counts in stats.items():
+            flow = backend.throughput(queue_name, minutes=SPARKLINE_MINUTES, now=now)
+            latency = None if oldest[queue_name] is None else max(0.0, now - oldest[queue_name].timestamp())
+            overdue = bool(counts[Segment.RUNNING]) and lease_overdue(alias, queue_name, now)
+            status, level = queue_status(alias, queue_name, counts, workers, now, overdue)
+            out.append(QueueSummary(alias, queue_name, counts, latency, flow["ingress"], flow["egress"], status, level))
+    return out
+
+
+def queue_status(
+    alias: str, queue_name: str, counts: dict[Segment, int], workers: list[WorkerSnapshot], now: float,
+    overdue: bool = False,
+) -> tuple[str, str]:
+    """Answer "why is nothing running?" for one queue: a sentence and a level (ok, warn, bad)."""
+    if overdue:
+        return "Leases overdue: a worker died holding tasks and no reaper has taken them back yet.", "bad"
+    serving = [w for w in workers if w.state == "live" and w.serves(alias, queue_name)]
+    ready = counts[Segment.READY]
+    if not serving:
+        if not hub().warmed_up(now):
+            return "Waiting for worker telemetry.", "warn"
+        return ("No live workers for this queue.", "bad") if ready else ("No live workers for this queue.", "warn")
+    if ready and all(w.threads and w.busy >= w.threads for w in serving):
+        return f"All {sum(w.threads for w in serving)} threads are busy.", "warn"
+    return f"{len(serving)} live worker{'s' if len(serving) != 1 else ''}.", "ok"
+
+
+def lease_overdue(alias: str, queue_name: str, now: float | None = None) -> bool:
+    """Return whether the running task with the earliest lease deadline is past it."""
+    running = get_backend(alias).peek(queue_name, segment=Segment.RUNNING, count=1)
+    deadline = getattr(running.items[0], "lease_deadline", None) if running.items else None
+    return deadline is not None and deadline.timestamp() < (time.time() if now is None else now)
+
+
+# -- telemetry -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class WorkerSnapshot:
+    """The last thing one worker process said about itself on the telemetry channel."""
+
+    alias: str
+    host: str
+    pid: int
+    queues: list[str] = field(default_factory=list)
+    threads: int = 0
+    busy: int = 0
+    buffer: int = 0
+    buffer_size: int = 0
+    tasks_done: int = 0
+    tasks_per_minute: float = 0.0
+    cpu_percent: float = 0.0
+    rss: int = 0
+    started_at: float | None = None
+    interval: float = DEFAULT_TELEMETRY_INTERVAL_S
+    last_seen: float = 0.0
+    stopped: bool = False
+    state: str = "live"
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.alias, self.host, self.pid)
+
+    def serves(self, alias: str, queue_name: str) -> bool:
+        return self.alias == alias and (not self.queues or queue_name in self.queues)
+
+    def uptime_s(self, now: float) -> float | None:
+        return None if self.started_at is None else max(0.0, now - self.started_at)
+
+
+def _number(event: dict, *names: str, default: float = 0) -> float:
+    for name in names:
+        value = event.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+    return default
+
+
+def parse_worker_event(alias: str, event: dict, now: float) -> WorkerSnapshot | None:
+    """Return the worker snapshot an event carries, or None when it is not about a worker."""
+    if event.get("type") not in ("worker", "snapshot", "stopped") or "pid" not in event:
+        return None
+    queues = event.get("queues")
+    return WorkerSnapshot(
+        alias=alias,
+        host=str(event.get("host", "?")),
+        pid=int(_number(event, "pid")),
+        queues=[str(q) for q in queues] if isinstance(queues, list) else [],
+        threads=int(_number(event, "threads")),
+        busy=int(_number(event, "busy", "busy_threads")),
+        buffer=int(_number(event, "buffer", "buffer_fill", "buffered")),
+        buffer_size=int(_number(event, "buffer_size", "prefetch_count", "prefetch")),
+        tasks_done=int(_number(event, "tasks_done", "done")),
+        tasks_per_minute=float(_number(event, "tasks_per_minute")),
+        cpu_percent=float(_number(event, "cpu_percent", "cpu")),
+        rss=int(_number(event, "rss", "rss_bytes")),
+        started_at=_number(event, "started_at", default=0) or None,
+        interval=float(_number(event, "interval", "interval_s", default=DEFAULT_TELEMETRY_INTERVAL_S)),
+        last_seen=now,
+        stopped=event.get("type") == "stopped" or event.get("state") == "stopped" or event.get("stopped") is True,
+    )
+
+
+Listener = Callable[[str], None]
+
+
+class TelemetryHub:
+    """One telemetry subscription per process: keeps the last snapshot of every worker and tells listeners.
+
+    Listeners are called from the hub's thread with the kind of change ("queues" for
+    ingress/egress, "workers" for a snapshot, "tick" every interval); they must only hand
+    the news to their own thread or event loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workers: dict[tuple[str, str, int], WorkerSnapshot] = {}
+        self._listeners: set[Listener] = set()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.started_at = 0.0
+
+    def start(self) -> TelemetryHub:
+        """Start the subscribing thread once; later calls do nothing."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self.started_at = time.time()
+                self._thread = threading.Thread(target=self._run, name="threadmill-telemetry", daemon=True)
+                self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def subscribe(self, listener: Listener) -> None:
+        self.start()
+        with self._lock:
+            self._listeners.add(listener)
+
+    def unsubscribe(self, listener: Listener) -> None:
+        with self._lock:
+            self._listeners.discard(listener)
+
+    def warmed_up(self, now: float) -> bool:
+        """Return whether the hub listened long enough to have heard every live worker."""
+        return bool(self.started_at) and now - self.started_at >= LOST_AFTER_INTERVALS * DEFAULT_TELEMETRY_INTERVAL_S
+
+    def workers(self, now: float | None = None) -> list[WorkerSnapshot]:
+        """Return every worker heard from, its state (live, lost, stopped) as of `now`, by host then pid."""
+        self.start()
+        now = time.time() if now is None else now
+        with self._lock:
+            snapshots = list(self._workers.values())
+        for snapshot in snapshots:
+            if snapshot.stopped:
+                snapshot.state = "stopped"
+            elif now - snapshot.last_seen > LOST_AFTER_INTERVALS * snapshot.interval:
+                snapshot.state = "lost"
+            else:
+                snapshot.state = "live"
+        return sorted(snapshots, key=lambda s: (s.host, s.pid))
+
+    def record(self, alias: str, payload: bytes | str, now: float | None = None) -> str | None:
+        """Apply one telemetry message; return the kind of change, None for a message it cannot read."""
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            logger.warning("Ignoring a telemetry message that is not JSON: %r", payload[:200])
+            return None
+        if not isinstance(event, dict):
+            return None
+        if event.get("type") in ("ingress", "egress"):
+            return "queues"
+        snapshot = parse_worker_event(alias, event, time.time() if now is None else now)
+        if snapshot is None:
+            return None
+        with self._lock:
+            self._workers[snapshot.key] = snapshot
+        return "workers"
+
+    def _notify(self, kind: str) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(kind)
+            except Exception:
+                logger.exception("A telemetry listener failed.")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except BackendConnectionError as e:
+                logger.warning("Telemetry subscription lost (%s); retrying.", e)
+            except Exception:
+                logger.exception("Telemetry subscription failed; retrying.")
+            self._stop.wait(1.0)
+
+    def _listen(self) -> None:
+        # One pub/sub connection per distinct server, whatever the number of browser tabs.
+        channels: dict[str, dict[str, str]] = {}
+        for alias in backend_aliases():
+            backend = get_backend(alias)
+            channels.setdefault(backend.redis_url, {})[backend.keys.telemetry()] = alias
+        subscriptions = []
+        for url, names in channels.items():
+            pubsub = get_backend(next(iter(names.values()))).client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(*names)
+            subscriptions.append((pubsub, names))
+        last_tick = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                for pubsub, names in subscriptions:
+                    message = pubsub.get_message(timeout=0.2 / len(subscriptions))
+                    if message and message["type"] == "message":
+                        kind = self.record(names[message["channel"].decode()], message["data"])
+                        if kind:
+                            self._notify(kind)
+                if time.monotonic() - last_tick >= DEFAULT_TELEMETRY_INTERVAL_S:
+                    last_tick = time.monotonic()
+                    self._notify("tick")
+        finally:
+            for pubsub, _ in subscriptions:
+                pubsub.close()
+
+
+_hub = TelemetryHub()
+
+
+def hub() -> TelemetryHub:
+    """Return this process's telemetry hub."""
+    return _hub
+
+
+def to_datetime(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
