@@ -157,13 +157,13 @@ def requeue(alias: str, task_id: str) -> bool:
     return get_backend(alias).requeue(task_id)
 
 
-def requeue_selected(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> int:
-    """Requeue the selected tasks of a segment in one script; return how many moved."""
+def requeue_selected(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
+    """Requeue the selected tasks of a segment in one script; return the ids that moved."""
     return get_backend(alias).requeue_many(queue_name, segment=segment, task_ids=task_ids)
 
 
-def requeue_view(alias: str, queue_name: str, segment: Segment, where: Filter = Filter()) -> int:
-    """Requeue every task of a (possibly filtered) segment view, one script per window."""
+def requeue_view(alias: str, queue_name: str, segment: Segment, where: Filter = Filter()) -> list[str]:
+    """Requeue every task of a (possibly filtered) segment view, one script per window; return the ids."""
     return get_backend(alias).requeue_matching(queue_name, segment=segment, needles=where.needles)
 
 

@@ -52,7 +52,7 @@ def test_peek_matching_matches_the_error_class_of_a_failed_task(backend):
 def test_requeue_many_moves_the_selected_tasks_and_clears_their_lease(backend, raw):
     ids = [enqueue(backend, echo, i).id for i in range(3)]
     backend.acquire("default", count=3, worker="ghost:1")
-    assert backend.requeue_many("default", segment="running", task_ids=ids[:2]) == 2
+    assert backend.requeue_many("default", segment="running", task_ids=ids[:2]) == ids[:2]
     assert raw.zcard("threadmill:{default}:default:running") == 1
     assert raw.zrange("threadmill:{default}:default:ready", 0, -1) == [i.encode() for i in ids[:2]]
     assert raw.hget(TASK + ids[0], "segment") == b"ready"
@@ -62,7 +62,7 @@ def test_requeue_many_moves_the_selected_tasks_and_clears_their_lease(backend, r
 def test_requeue_many_leaves_tasks_of_other_segments_alone(backend, raw):
     ready = enqueue(backend, echo).id
     deferred = backend.enqueue(echo.using(run_after=datetime.now(UTC) + timedelta(hours=1)), [], {}).id
-    assert backend.requeue_many("default", segment="deferred", task_ids=[ready, deferred, "missing"]) == 1
+    assert backend.requeue_many("default", segment="deferred", task_ids=[ready, deferred, "missing"]) == [deferred]
     assert raw.hget(TASK + deferred, "segment") == b"ready"
     assert raw.zcard("threadmill:{default}:default:deferred") == 0
 
@@ -70,7 +70,7 @@ def test_requeue_many_leaves_tasks_of_other_segments_alone(backend, raw):
 def test_requeue_many_keeps_a_failed_task_s_errors(backend):
     result = enqueue(backend, explode)
     fail(backend, backend.acquire("default")[0])
-    assert backend.requeue_many("default", segment="failed", task_ids=[result.id]) == 1
+    assert backend.requeue_many("default", segment="failed", task_ids=[result.id]) == [result.id]
     requeued = backend.get_result(result.id)
     assert requeued.status == "READY"
     assert requeued.errors[0].exception_class_path == "builtins.RuntimeError"
@@ -81,7 +81,7 @@ def test_requeue_matching_moves_only_the_matching_tasks_across_windows(backend, 
     for i in range(20):
         backend.enqueue(echo.using(run_after=datetime.now(UTC) + timedelta(hours=1)), [i], {})
         backend.enqueue(add.using(run_after=datetime.now(UTC) + timedelta(hours=1)), [i, i], {})
-    assert backend.requeue_matching("default", segment="deferred", needles=['"path":"tests.tasks.add"']) == 20
+    assert len(backend.requeue_matching("default", segment="deferred", needles=['"path":"tests.tasks.add"'])) == 20
     page = backend.peek("default", segment="deferred", count=100)
     assert {r.task.name for r in page} == {"echo"}
     assert page.total == 20
@@ -93,7 +93,7 @@ def test_requeue_matching_without_needles_requeues_the_whole_unreadable_segment(
         raw.hset(TASK + task_id, "data", b"\xff not json")
     assert backend.acquire("default", count=9) == []
     assert raw.zcard("threadmill:{default}:default:unreadable") == 9
-    assert backend.requeue_matching("default", segment="unreadable") == 9
+    assert sorted(backend.requeue_matching("default", segment="unreadable")) == sorted(ids)
     assert raw.zcard("threadmill:{default}:default:ready") == 9
     assert raw.hget(TASK + ids[0], "read_error") is None
 

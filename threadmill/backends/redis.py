@@ -13,6 +13,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -375,24 +376,36 @@ class RedisTaskBackend(BaseTaskBackend):
             segment in _NEWEST_FIRST if newest_first is None else newest_first, scan_limit, needles,
         )
         items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(3, len(reply), 9)]
+        if segment is Segment.DEFERRED:
+            # A deferred task's score is when it runs (a retry's backoff, not the task's own run_after).
+            scores = [codec.moment(reply[i + 8]) for i in range(3, len(reply), 9)]
+            items = [
+                item if isinstance(item, UnreadableTask) else replace(item, task=item.task.using(run_after=at))
+                for item, at in zip(items, scores, strict=True)
+            ]
         return Page(items, int(reply[0])), bool(int(reply[1]))
 
-    def requeue_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> int:
-        """Requeue the given tasks of one segment to ready in one script; return how many moved."""
+    def requeue_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> list[str]:
+        """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""
         segment = Segment.parse(segment)
         ids = list(task_ids)
-        return self.scripts.requeue_many(queue_name, segment, ids) if ids else 0
+        return self.scripts.requeue_many(queue_name, segment, ids) if ids else []
 
-    def requeue_matching(self, queue_name: str, *, segment: Segment | str, needles: Sequence[str] = ()) -> int:
-        """Requeue every task of a segment whose document contains every needle, one window per script call."""
+    def requeue_matching(self, queue_name: str, *, segment: Segment | str, needles: Sequence[str] = ()) -> list[str]:
+        """Requeue every task of a segment whose document contains every needle, one window per script call.
+
+        Returns the ids that moved. Each task moves atomically; a crash between windows
+        leaves the rest where they were.
+        """
         segment = Segment.parse(segment)
-        total, cursor = 0, 0
+        moved: list[str] = []
+        cursor = 0
         while cursor >= 0:
-            moved, cursor = self.scripts.requeue_matching(
+            ids, cursor = self.scripts.requeue_matching(
                 queue_name, segment, cursor, self.options.batch_size, segment in _NEWEST_FIRST, needles
             )
-            total += moved
-        return total
+            moved += ids
+        return moved
 
     @translate_errors
     def count_in_segment(self, queue_name: str, segment: Segment | str, task_ids: Sequence[str]) -> int:

@@ -172,23 +172,23 @@ class RedisScripts:
         )
 
     @translate_errors
-    def requeue_many(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> int:
-        """Requeue the given tasks of one segment to ready in one script; return how many moved."""
+    def requeue_many(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
+        """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""
         k = self.keys
         reply = self._requeue_many(
             keys=[k.task_prefix(), k.result_prefix(), k.segment(queue_name, Segment.READY), k.segment(queue_name, segment)],
             args=[segment.value, "ids", *task_ids],
         )
-        return int(reply[0])
+        return [task_id.decode() for task_id in reply[2:]]
 
     @translate_errors
     def requeue_matching(
         self, queue_name: str, segment: Segment, cursor: int, window: int, newest_first: bool, needles: Sequence[str]
-    ) -> tuple[int, int]:
-        """Requeue the matching tasks of one window of a segment; return (requeued, next cursor or -1)."""
+    ) -> tuple[list[str], int]:
+        """Requeue the matching tasks of one window of a segment; return (ids moved, next cursor or -1)."""
         k = self.keys
         reply = self._requeue_many(
             keys=[k.task_prefix(), k.result_prefix(), k.segment(queue_name, Segment.READY), k.segment(queue_name, segment)],
             args=[segment.value, "scan", cursor, window, "1" if newest_first else "0", *needles],
         )
-        return int(reply[0]), int(reply[1])
+        return [task_id.decode() for task_id in reply[2:]], int(reply[1])

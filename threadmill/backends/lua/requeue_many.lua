@@ -17,11 +17,13 @@
 --       ARGV[5] (string) "1" to scan newest first (highest score first)
 --       ARGV[6..n] (string) needles, each matched as plain text against the result document,
 --                           else the stored payload (for unreadable tasks, also the read error)
--- Returns: {requeued, next_cursor}; next_cursor is -1 when the scan is done (always for ids)
+-- Returns: {requeued, next_cursor, id1, id2, ...}: how many moved, -1 when the scan is done
+--          (always for ids) else where to scan next, and the ids that moved
 local source = ARGV[1]
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local requeued = 0
+local moved = {}
 
 local function requeue(id, document)
   local key = KEYS[1] .. id
@@ -41,13 +43,22 @@ local function requeue(id, document)
   redis.call('HSET', key, 'segment', 'ready', 'score', string.format('%.0f', score))
   redis.call('ZADD', KEYS[3], string.format('%.0f', score), id)
   requeued = requeued + 1
+  moved[#moved + 1] = id
+end
+
+local function reply(next_cursor)
+  local out = {requeued, next_cursor}
+  for _, id in ipairs(moved) do
+    out[#out + 1] = id
+  end
+  return out
 end
 
 if ARGV[2] == 'ids' then
   for i = 3, #ARGV do
     requeue(ARGV[i], redis.call('GET', KEYS[2] .. ARGV[i]))
   end
-  return {requeued, -1}
+  return reply(-1)
 end
 
 local cursor = tonumber(ARGV[3])
@@ -73,7 +84,7 @@ for _, id in ipairs(ids) do
   end
 end
 if #ids < window then
-  return {requeued, -1}
+  return reply(-1)
 end
 -- Requeued entries left the segment, so the unscanned rest starts that much earlier.
-return {requeued, cursor + #ids - requeued}
+return reply(cursor + #ids - requeued)
