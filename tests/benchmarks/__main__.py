@@ -1,0 +1,29 @@
+"""Run the benchmarks: `python -m tests.benchmarks [backend] [drain] [options]`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
+    parser.add_argument("benchmarks", nargs="*", choices=["backend", "drain"], default=["backend", "drain"])
+    parser.add_argument("--tasks", type=int, default=20_000, help="tasks per measurement (default 20,000)")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats per figure; the median is reported")
+    parser.add_argument(
+        "--peers", default="dramatiq,celery,django-tasks-db", help="comma-separated peers to drain beside threadmill"
+    )
+    args = parser.parse_args()
+    if "backend" in args.benchmarks:
+        from . import backend
+
+        backend.run(tasks=args.tasks, repeats=args.repeats or 5)
+    if "drain" in args.benchmarks:
+        from . import drain
+
+        peers = [p for p in args.peers.split(",") if p]
+        drain.run(depth=args.tasks, repeats=args.repeats or 3, peers=peers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,366 @@
+"""Drain benchmark: one worker process with one thread draining a queue of echo tasks.
+
+Every queue under test runs against the same Valkey (its own database numbers) in the
+same run, repeats interleaved so a noisy neighbour hits them alike. Each drain enqueues
+its tasks from a separate process, starts the worker, and watches the stored results:
+the rate is the tasks finished between the first and the last observed result divided by
+that time, so a worker's start and stop cost are left out for every queue the same way.
+CPU per task is the worker process tree's CPU over that same window (psutil), and the
+server's CPU is read the same way from the Valkey process.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+
+from threadmill.backends.base import Segment
+from threadmill.backends.keys import KeySchema
+
+from . import peers, report
+from .server import server_cpu_s, server_version, valkey
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Seconds between two reads of a queue's finished count.
+POLL_S = 0.01
+#: Tasks per drain unless a queue says otherwise.
+DEFAULT_DEPTH = 20_000
+#: Prefetch every queue that can be told reads ahead (the seeds' shared rate).
+PEER_PREFETCH = 128
+WORKER_COMMAND = ROOT / "threadmill" / "management" / "commands" / "threadmill.py"
+
+
+@dataclass
+class Context:
+    """What every queue under test shares in one run: the server and a scratch directory."""
+
+    server: Any
+    scratch: Path
+    client: redis.Redis = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = redis.Redis.from_url(self.server.url)
+
+    def db(self, number: int) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.server.port, db=number)
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.scratch / "django-tasks-db.sqlite3"
+
+    def env(self, settings: str | None, extra: dict[str, str]) -> dict[str, str]:
+        env = {**os.environ, "BENCH_REDIS_URL": self.server.url, "THREADMILL_TEST_REDIS_URL": self.server.url}
+        env["BENCH_SQLITE_PATH"] = str(self.sqlite_path)
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        if settings:
+            env["DJANGO_SETTINGS_MODULE"] = settings
+        return {**env, **extra}
+
+
+@dataclass(frozen=True)
+class QueueUnderTest:
+    """One row of the table: how to fill a queue, drain it, and count what finished."""
+
+    name: str
+    system: str
+    worker: list[str]
+    finished: Callable[[Context], int]
+    depth: int = DEFAULT_DEPTH
+    settings: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    exits_when_drained: bool = False
+    prepare: Callable[[Context, QueueUnderTest], None] | None = None
+    reset: Callable[[Context], None] | None = None
+    note: str = ""
+
+
+# -- counting finished tasks --------------------------------------------------------------
+
+
+def threadmill_finished(ctx: Context) -> int:
+    return ctx.client.zcard(KeySchema("default").segment("default", Segment.SUCCESSFUL))
+
+
+def dramatiq_finished(ctx: Context) -> int:
+    return ctx.db(peers.DRAMATIQ_RESULTS_DB).dbsize()
+
+
+def celery_finished(ctx: Context) -> int:
+    return ctx.db(peers.CELERY_RESULTS_DB).dbsize()
+
+
+def db_finished(ctx: Context) -> int:
+    with sqlite3.connect(f"file:{ctx.sqlite_path}?mode=ro", uri=True, timeout=5) as conn:
+        return conn.execute(
+            "SELECT COUNT(*) FROM django_tasks_database_dbtaskresult WHERE status = 'SUCCESSFUL'"
+        ).fetchone()[0]
+
+
+def db_migrate(ctx: Context, queue: QueueUnderTest) -> None:
+    command = [sys.executable, "manage.py", "migrate", "-v", "0"]
+    subprocess.run(command, cwd=ROOT, env=ctx.env(queue.settings, {}), check=True)
+
+
+def db_reset(ctx: Context) -> None:
+    with sqlite3.connect(ctx.sqlite_path, timeout=30) as conn:
+        conn.execute("DELETE FROM django_tasks_database_dbtaskresult")
+
+
+# -- the queues ---------------------------------------------------------------------------
+
+
+def threadmill_queues(depth: int) -> list[QueueUnderTest]:
+    command = ["manage.py", "threadmill", "worker", "--exit-empty", "-w", "1", "-t", "1", "-q", "default"]
+    common = {
+        "system": "threadmill",
+        "finished": threadmill_finished,
+        "depth": depth,
+        "settings": "tests.settings",
+        "exits_when_drained": True,
+    }
+    return [
+        QueueUnderTest(name="threadmill", worker=command, note="default prefetch (4 x threads)", **common),
+        QueueUnderTest(
+            name="threadmill --prefetch-count 1", worker=[*command, "--prefetch-count", "1"], note="no batching", **common
+        ),
+    ]
+
+
+def peer_queues(depth: int, peers: list[str]) -> list[QueueUnderTest]:
+    queues = {
+        "dramatiq": QueueUnderTest(
+            name="dramatiq",
+            system="dramatiq",
+            worker=["-m", "dramatiq", "tests.benchmarks.peers.dramatiq_app", "-p", "1", "-t", "1", "-Q", "default"],
+            finished=dramatiq_finished,
+            depth=depth,
+            extra_env={"dramatiq_queue_prefetch": str(PEER_PREFETCH)},
+            note=f"prefetch {PEER_PREFETCH}, Results middleware",
+        ),
+        "celery": QueueUnderTest(
+            name="celery",
+            system="celery",
+            worker=[
+                "-m", "celery", "-A", "tests.benchmarks.peers.celery_app", "worker", "-P", "solo", "-c", "1",
+                "-Q", "default", f"--prefetch-multiplier={PEER_PREFETCH}", "--without-gossip", "--without-mingle",
+                "--without-heartbeat", "-l", "WARNING",
+            ],  # fmt: skip
+            finished=celery_finished,
+            depth=depth,
+            note=f"solo pool, prefetch multiplier {PEER_PREFETCH}, redis results",
+        ),
+        "django-tasks-db": QueueUnderTest(
+            name="django-tasks-db",
+            system="django-tasks-db",
+            worker=["manage.py", "db_worker", "--batch", "--no-startup-delay", "--queue-name", "default"],
+            finished=db_finished,
+            depth=min(depth, 5_000),
+            settings="tests.benchmarks.peers.db_settings",
+            exits_when_drained=True,
+            prepare=db_migrate,
+            reset=db_reset,
+            note="db_worker on SQLite, one task per loop",
+        ),
+    }
+    return [queues[name] for name in peers if name in queues]
+
+
+# -- one drain ----------------------------------------------------------------------------
+
+
+def tree_cpu_s(pid: int) -> dict[int, float]:
+    """Return the CPU seconds of a process and each of its live descendants, by pid."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}
+    cpu = {}
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        cpu[process.pid] = times.user + times.system
+    return cpu
+
+
+def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Ask a worker we started to shut down (SIGTERM to its session), then kill it if it lingers."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def drain_once(ctx: Context, queue: QueueUnderTest, timeout: float) -> dict[str, float]:
+    """Fill the queue, run its worker until every task finished, and return the drain's figures."""
+    ctx.client.flushall()
+    if queue.reset:
+        queue.reset(ctx)
+    env = ctx.env(queue.settings, queue.extra_env)
+    enqueue = [sys.executable, "-m", "tests.benchmarks.enqueue", queue.system, str(queue.depth)]
+    subprocess.run(enqueue, cwd=ROOT, env=env, check=True)
+    log_path = ctx.scratch / f"{queue.name.replace(' ', '_')}.log"
+    cpu_before = children_cpu_s()
+    with open(log_path, "w") as log:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            [sys.executable, *queue.worker], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        try:
+            first, last = watch(ctx, queue, process, started + timeout, log_path)
+            if queue.exits_when_drained:
+                process.wait(timeout=60)
+                exited = time.perf_counter()
+            else:
+                exited = time.perf_counter()
+                stop(process)
+        finally:
+            if process.poll() is None:
+                stop(process)
+    if queue.exits_when_drained and process.returncode != 0:
+        raise RuntimeError(f"{queue.name} exited with {process.returncode}; see {log_path}")
+    tasks = last["done"] - first["done"]
+    seconds = last["at"] - first["at"]
+    worker_cpu_total = children_cpu_s() - cpu_before
+    if first["cpu"].keys() <= last["cpu"].keys():
+        window_cpu, cpu_window = sum(last["cpu"].values()) - sum(first["cpu"].values()), "first to last result"
+    else:
+        # A process of the tree exited before the last reading (an --exit-empty worker can
+        # beat the poll): count its CPU up to its exit instead, from the reaped rusage.
+        window_cpu, cpu_window = worker_cpu_total - sum(first["cpu"].values()), "first result to exit"
+    return {
+        "tasks_per_s": tasks / seconds,
+        "cpu_us_per_task": window_cpu / tasks * 1e6,
+        "cpu_window": cpu_window,
+        "server_cpu_us_per_task": (last["server_cpu"] - first["server_cpu"]) / tasks * 1e6,
+        "window_tasks": tasks,
+        "window_s": seconds,
+        "first_result_after_s": first["at"] - started,
+        "exit_after_last_result_s": exited - last["at"],
+        "worker_cpu_total_s": worker_cpu_total,
+    }
+
+
+def watch(
+    ctx: Context, queue: QueueUnderTest, process: subprocess.Popen, deadline: float, log_path: Path
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Poll the finished count; return readings at the first and the last observed result."""
+    first = None
+    while True:
+        done = queue.finished(ctx)
+        now = time.perf_counter()
+        if done and first is None:
+            first = reading(ctx, process, done, now)
+        if done >= queue.depth:
+            last = reading(ctx, process, done, now)
+            break
+        if process.poll() is not None and queue.finished(ctx) < queue.depth:
+            raise RuntimeError(f"{queue.name} exited with {process.returncode} after {done} tasks; see {log_path}")
+        if now > deadline:
+            raise RuntimeError(f"{queue.name} finished {done} of {queue.depth} tasks in time; see {log_path}")
+        time.sleep(POLL_S)
+    if first["done"] >= queue.depth:
+        raise RuntimeError(f"{queue.name} finished all {queue.depth} tasks between two polls: raise the depth.")
+    return first, last
+
+
+def reading(ctx: Context, process: subprocess.Popen, done: int, now: float) -> dict[str, float]:
+    return {"done": done, "at": now, "cpu": tree_cpu_s(process.pid), "server_cpu": server_cpu_s(ctx.server)}
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+def queues_under_test(depth: int, peers: list[str]) -> list[QueueUnderTest]:
+    """Return threadmill's rows (once its worker command exists) followed by the peers'."""
+    if not WORKER_COMMAND.exists():
+        print(f"threadmill skipped: {WORKER_COMMAND.relative_to(ROOT)} does not exist yet.", flush=True)
+        return peer_queues(depth, peers)
+    return threadmill_queues(depth) + peer_queues(depth, peers)
+
+
+def run(depth: int = DEFAULT_DEPTH, repeats: int = 3, peers: list[str] | None = None) -> dict[str, Any]:
+    """Drain every queue under test `repeats` times, interleaved, and print and write the medians."""
+    peers = ["dramatiq", "celery", "django-tasks-db"] if peers is None else peers
+    queues = queues_under_test(depth, peers)
+    scratch = Path(tempfile.mkdtemp(prefix="threadmill-drain-"))
+    runs: dict[str, list[dict[str, float]]] = {q.name: [] for q in queues}
+    try:
+        with valkey() as server:
+            ctx = Context(server, scratch)
+            for queue in queues:
+                if queue.prepare:
+                    queue.prepare(ctx, queue)
+            for repeat in range(repeats):
+                for queue in queues:
+                    figures = drain_once(ctx, queue, timeout=queue.depth / 20 + 120)
+                    runs[queue.name].append(figures)
+                    print(
+                        f"[{repeat + 1}/{repeats}] {queue.name}: {figures['tasks_per_s']:,.0f} tasks/s, "
+                        f"{figures['cpu_us_per_task']:.0f} us CPU per task",
+                        flush=True,
+                    )
+            version = server_version(ctx.client)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    results = {q.name: summarise(q, runs[q.name]) for q in queues}
+    figures = {"server": version, "repeats": repeats, "poll_s": POLL_S, "queues": results}
+    print_drain(figures)
+    print(f"\nwrote {report.write_results('drain', figures)}")
+    return figures
+
+
+def summarise(queue: QueueUnderTest, runs: list[dict[str, float]]) -> dict[str, Any]:
+    numeric = [k for k, v in runs[0].items() if isinstance(v, float | int)]
+    return {
+        "depth": queue.depth,
+        "worker": " ".join(queue.worker),
+        "note": queue.note,
+        **{key: round(report.median([r[key] for r in runs]), 3) for key in numeric},
+        "runs": runs,
+    }
+
+
+def print_drain(figures: dict[str, Any]) -> None:
+    queues = figures["queues"]
+    baseline = queues.get("threadmill")
+    rows = []
+    for name, entry in queues.items():
+        rate = report.spread([r["tasks_per_s"] for r in entry["runs"]]).replace(".00", "")
+        ratio_rate = f"{entry['tasks_per_s'] / baseline['tasks_per_s']:.2f}x" if baseline else "-"
+        ratio_cpu = f"{entry['cpu_us_per_task'] / baseline['cpu_us_per_task']:.2f}x" if baseline else "-"
+        rows.append([
+            name, f"{entry['depth']:,}", f"{entry['tasks_per_s']:,.0f}", rate, f"{entry['cpu_us_per_task']:.0f}",
+            f"{entry['server_cpu_us_per_task']:.0f}", ratio_rate, ratio_cpu,
+        ])  # fmt: skip
+    report.print_table(
+        f"drain, 1 process x 1 thread, echo task, results stored ({figures['server']}, median of {figures['repeats']})",
+        ["queue", "tasks", "tasks/s", "runs tasks/s", "worker us CPU/task", "server us CPU/task",
+         "tasks/s vs threadmill", "CPU vs threadmill"],
+        rows,
+    )  # fmt: skip

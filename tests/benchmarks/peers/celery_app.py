@@ -1,0 +1,28 @@
+"""celery on a Redis broker with the Redis result backend storing every return value."""
+
+import os
+
+from celery import Celery
+
+from . import CELERY_BROKER_DB, CELERY_RESULTS_DB
+
+_base = os.environ["BENCH_REDIS_URL"].rsplit("/", 1)[0]
+app = Celery("bench", broker=f"{_base}/{CELERY_BROKER_DB}", backend=f"{_base}/{CELERY_RESULTS_DB}")
+app.conf.update(
+    task_default_queue="default",
+    task_acks_late=False,
+    result_extended=False,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+)
+
+
+@app.task(name="echo")
+def echo(value=None):
+    return value
+
+
+def enqueue(depth: int) -> None:
+    """Send `depth` echo tasks."""
+    for i in range(depth):
+        echo.delay(i)

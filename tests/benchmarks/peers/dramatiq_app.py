@@ -1,0 +1,26 @@
+"""dramatiq on its Redis broker with the Results middleware storing every return value."""
+
+import os
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.results import Results
+from dramatiq.results.backends import RedisBackend
+
+from . import DRAMATIQ_BROKER_DB, DRAMATIQ_RESULTS_DB
+
+_base = os.environ["BENCH_REDIS_URL"].rsplit("/", 1)[0]
+broker = RedisBroker(url=f"{_base}/{DRAMATIQ_BROKER_DB}")
+broker.add_middleware(Results(backend=RedisBackend(url=f"{_base}/{DRAMATIQ_RESULTS_DB}", namespace="bench-results")))
+dramatiq.set_broker(broker)
+
+
+@dramatiq.actor(queue_name="default", store_results=True, max_retries=0)
+def echo(value=None):
+    return value
+
+
+def enqueue(depth: int) -> None:
+    """Send `depth` echo tasks."""
+    for i in range(depth):
+        echo.send(i)
