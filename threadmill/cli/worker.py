@@ -1,0 +1,116 @@
+"""`manage.py threadmill worker`: run a pool of worker processes for one task backend."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.tasks import task_backends
+from django.tasks.exceptions import InvalidTaskBackend
+
+from ..exceptions import BackendConnectionError
+from ..logs import LOG_FORMATS, configure
+from ..worker.config import DEFAULT_PREFETCH_PER_THREAD, WorkerConfig, default_process_count
+from ..worker.supervisor import Supervisor
+
+HELP = "Run a pool of worker processes that run the tasks of one backend's queues."
+
+
+def _whole_number(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}, not {text!r}")
+        return value
+
+    return parse
+
+
+def _queue_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"must be queue names separated by commas, not {text!r}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-b", "--backend", default="default", help="Alias of the task backend in TASKS (default: default).")
+    parser.add_argument(
+        "-q", "--queues", action="extend", type=_queue_list, metavar="QUEUE[,QUEUE...]",
+        help="Queues to run tasks from, comma-separated or repeated (default: every queue of the backend).",
+    )
+    parser.add_argument(
+        "-w", "--workers", type=_whole_number(1), default=default_process_count(),
+        help="Worker processes (default: the CPU count minus one, at least 1; here %(default)s).",
+    )
+    parser.add_argument("-t", "--threads", type=_whole_number(1), default=1, help="Consumer threads per worker process (default: 1).")
+    parser.add_argument(
+        "--prefetch-count", type=_whole_number(0), default=0,
+        help=f"Tasks each worker process leases ahead of its threads (default and 0: {DEFAULT_PREFETCH_PER_THREAD} per thread). "
+        "1 fetches one task at a time.",
+    )
+    parser.add_argument(
+        "--max-tasks", type=_whole_number(1), default=None,
+        help="Replace each worker process after it ran this many tasks (plus its jitter). It stops fetching at "
+        "the budget, so it runs exactly that many tasks, never more (fewer only when stopped or drained).",
+    )
+    parser.add_argument(
+        "--max-tasks-jitter", type=_whole_number(0), default=0,
+        help="Add a random 0 to N tasks to each process's --max-tasks, so processes do not recycle together.",
+    )
+    parser.add_argument(
+        "--exit-empty", action="store_true",
+        help="Exit 0 once no ready task is left on the queues and every process is idle.",
+    )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="json", help="Log lines as JSON objects or plain text (default: json).")
+    parser.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], default=argparse.SUPPRESS, help="0 warnings, 1 worker events, 2 every task, 3 debug.")
+
+
+def handle(command: BaseCommand, options: dict[str, Any]) -> int:
+    """Validate the options against the backend, then run the pool; return its exit code."""
+    if options["max_tasks_jitter"] and options["max_tasks"] is None:
+        raise CommandError("--max-tasks-jitter needs --max-tasks.")
+    backend = _backend(options["backend"])
+    config = WorkerConfig(
+        backend=options["backend"],
+        queues=tuple(_queues(backend, options["queues"])),
+        processes=options["workers"],
+        threads=options["threads"],
+        prefetch_count=options["prefetch_count"],
+        max_tasks=options["max_tasks"],
+        max_tasks_jitter=options["max_tasks_jitter"],
+        exit_empty=options["exit_empty"],
+        log_format=options["log_format"],
+        verbosity=options["verbosity"],
+    )
+    configure(config.log_format, config.verbosity)
+    return Supervisor(backend, config).run()
+
+
+def _backend(alias: str):
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        raise CommandError(f"Unknown task backend {alias!r}; TASKS defines {', '.join(sorted(task_backends.settings))}.") from None
+    if not hasattr(backend, "acquire"):
+        raise CommandError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")
+    try:
+        backend.ping()
+    except BackendConnectionError as e:
+        raise CommandError(str(e)) from None
+    return backend
+
+
+def _queues(backend, requested: list[str] | None) -> list[str]:
+    known = backend.queue_names()
+    if not requested:
+        return known
+    unknown = [name for name in dict.fromkeys(requested) if name not in known]
+    if unknown:
+        raise CommandError(f"Unknown queue(s) {', '.join(unknown)}; backend {backend.alias!r} has {', '.join(known)}.")
+    return list(dict.fromkeys(requested))

@@ -1,0 +1,68 @@
+"""The entry point of a worker process forked by the supervisor: signals, telemetry, exit code.
+
+The first SIGTERM or SIGINT stops fetching; buffered and running tasks finish and are
+acknowledged, then the process exits 0. A second SIGINT (Ctrl-C twice) exits at once and
+leaves the leases to the reaper. A process whose supervisor died stops the same graceful way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+
+from django.db import connections
+from django.tasks import task_backends
+
+from ..backends.redis import default_worker_name
+from ..telemetry import TelemetryPublisher
+from .config import EXIT_INTERRUPTED, WorkerConfig
+from .process import WorkerProcess
+
+logger = logging.getLogger("threadmill.worker")
+
+#: Seconds between two checks that the supervisor is still alive.
+PARENT_CHECK_INTERVAL_S = 1.0
+
+
+def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
+    """Run one worker process until it drains, stops, recycles or fails; exit with its code."""
+    signal.set_wakeup_fd(-1)
+    connections.close_all()
+    backend = task_backends.create_connection(config.backend)
+    process = WorkerProcess(backend, config, default_worker_name())
+    _install_signal_handlers(process)
+    telemetry = TelemetryPublisher(process)
+    started = time.process_time(), time.monotonic()
+    process.start()
+    telemetry.start()
+    logger.info("Worker process %s started: %d threads, buffer of %d tasks.", process.name, config.threads, process.size)
+    while not process.finished.wait(PARENT_CHECK_INTERVAL_S):
+        if os.getppid() != supervisor_pid:
+            logger.warning("The supervisor of worker process %s is gone; stopping.", process.name)
+            process.stop()
+    telemetry.publish("stopped")
+    cpu, wall = time.process_time() - started[0], time.monotonic() - started[1]
+    logger.info(
+        "Worker process %s exits with code %d after %d tasks in %.3f s, %.3f s of CPU.",
+        process.name, process.exit_code, process.done, wall, cpu,
+    )
+    sys.exit(process.exit_code)
+
+
+def _install_signal_handlers(process: WorkerProcess) -> None:
+    interrupts = []
+
+    def stop(signum: int, frame) -> None:
+        if signum == signal.SIGINT:
+            if interrupts:
+                os._exit(EXIT_INTERRUPTED)
+            interrupts.append(signum)
+        if process.fetching:
+            logger.info("Worker process %s stopping: finishing its running and buffered tasks.", process.name)
+        process.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)

@@ -1,0 +1,41 @@
+"""The worker pool's runtime configuration, as the command line sets it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+#: Prefetched tasks per consumer thread when `--prefetch-count` is not given.
+DEFAULT_PREFETCH_PER_THREAD = 4
+#: Exit code of a worker process that stopped because it ran its `--max-tasks`.
+EXIT_RECYCLED = 3
+#: Exit code of a worker process that failed (a fetch failure, all consumers gone).
+EXIT_FAILED = 1
+#: Exit code of a worker process or supervisor stopped at once by a second Ctrl-C.
+EXIT_INTERRUPTED = 130
+
+
+def default_process_count() -> int:
+    """Return the default number of worker processes: CPU count minus one, at least one."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """What every worker process of one pool runs, and how."""
+
+    backend: str = "default"
+    queues: tuple[str, ...] = ("default",)
+    processes: int = 1
+    threads: int = 1
+    prefetch_count: int = 0
+    max_tasks: int | None = None
+    max_tasks_jitter: int = 0
+    exit_empty: bool = False
+    log_format: str = "json"
+    verbosity: int = 1
+
+    @property
+    def buffer_size(self) -> int:
+        """Tasks a process leases ahead of its consumers: the prefetch count, or 4 per thread."""
+        return self.prefetch_count or DEFAULT_PREFETCH_PER_THREAD * self.threads

@@ -1,0 +1,149 @@
+"""The supervisor: forks the worker processes, respawns them, and runs the broker between.
+
+It is single threaded, so forking is safe: the mover and reaper passes run on its main
+thread between waits on the children's sentinels. A child that exits is replaced, unless
+the pool is stopping, or it drained its queues under `--exit-empty` (exit code 0).
+A child that dies young is respawned after a growing pause, so a broken broker is not
+hammered. SIGTERM or Ctrl-C is passed on to the children, which finish their tasks; a
+second Ctrl-C stops everything at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from multiprocessing.connection import wait
+
+from ..backends.redis import RedisBroker
+from .child import run_worker_process
+from .config import EXIT_INTERRUPTED, WorkerConfig
+
+logger = logging.getLogger("threadmill.supervisor")
+
+#: First pause before respawning a worker process that died young, seconds.
+RESPAWN_PAUSE_S = 0.1
+#: Longest pause before respawning a worker process that keeps dying young, seconds.
+RESPAWN_MAX_PAUSE_S = 10.0
+#: A worker process that lived at least this long resets the respawn pause, seconds.
+HEALTHY_LIFETIME_S = 30.0
+
+
+class Supervisor:
+    """Keeps `config.processes` worker processes running and the broker turning."""
+
+    def __init__(self, backend, config: WorkerConfig) -> None:
+        self.backend = backend
+        self.config = config
+        self.broker = RedisBroker(backend, list(config.queues))
+        self.children: dict[int, tuple[multiprocessing.Process, float]] = {}
+        self.stopping = False
+        self.interrupted = False
+        self._respawn_at: dict[int, float] = {}
+        self._pause = RESPAWN_PAUSE_S
+        self._next_broker_pass = 0.0
+        self._broker_failing = False
+        self._context = multiprocessing.get_context("fork")
+
+    def run(self) -> int:
+        """Run the pool until it is stopped or, with `--exit-empty`, has drained; return the exit code."""
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        signal.set_wakeup_fd(wake_write)
+        self._install_signal_handlers()
+        logger.info(
+            "Starting %d worker processes of %d threads on queues %s.",
+            self.config.processes, self.config.threads, ", ".join(self.config.queues),
+        )
+        try:
+            for slot in range(self.config.processes):
+                self._spawn(slot)
+            while self.children or self._respawn_at:
+                self._turn(wake_read)
+        finally:
+            signal.set_wakeup_fd(-1)
+            os.close(wake_read)
+            os.close(wake_write)
+        logger.info("Worker pool stopped.")
+        return EXIT_INTERRUPTED if self.interrupted else 0
+
+    def _turn(self, wake_read: int) -> None:
+        now = time.monotonic()
+        if not self.stopping and now >= self._next_broker_pass:
+            self._broker_pass()
+            self._next_broker_pass = time.monotonic() + self.backend.options.broker_interval
+        for slot, at in list(self._respawn_at.items()):
+            if self.stopping:
+                del self._respawn_at[slot]
+            elif now >= at:
+                del self._respawn_at[slot]
+                self._spawn(slot)
+        deadlines = [self._next_broker_pass, *self._respawn_at.values()]
+        timeout = None if self.stopping else max(0.0, min(deadlines) - time.monotonic())
+        ready = wait([wake_read, *(process.sentinel for process, _ in self.children.values())], timeout)
+        if wake_read in ready:
+            os.read(wake_read, 512)
+        self._collect()
+
+    def _broker_pass(self) -> None:
+        try:
+            self.broker.run_once()
+        except Exception:
+            if not self._broker_failing:
+                logger.exception("A broker pass (mover and reaper) failed; it is retried every pass.")
+            self._broker_failing = True
+        else:
+            self._broker_failing = False
+
+    def _spawn(self, slot: int) -> None:
+        process = self._context.Process(
+            target=run_worker_process, args=(self.config, os.getpid()), name=f"threadmill-worker-{slot}"
+        )
+        process.start()
+        self.children[slot] = (process, time.monotonic())
+
+    def _collect(self) -> None:
+        for slot, (process, born) in list(self.children.items()):
+            if process.is_alive():
+                continue
+            process.join()
+            del self.children[slot]
+            code, lived = process.exitcode, time.monotonic() - born
+            if self.stopping or (self.config.exit_empty and code == 0):
+                continue
+            self._schedule_respawn(slot, code, lived)
+
+    def _schedule_respawn(self, slot: int, code: int | None, lived: float) -> None:
+        from .config import EXIT_RECYCLED
+
+        if code == EXIT_RECYCLED:
+            logger.info("Worker process %d recycled after its task budget; replacing it.", slot)
+            self._respawn_at[slot] = 0.0
+            return
+        if lived >= HEALTHY_LIFETIME_S:
+            self._pause = RESPAWN_PAUSE_S
+        logger.error("Worker process %d exited with code %s after %.1f s; respawning it in %.1f s.", slot, code, lived, self._pause)
+        self._respawn_at[slot] = time.monotonic() + self._pause
+        self._pause = min(2 * self._pause, RESPAWN_MAX_PAUSE_S)
+
+    def _install_signal_handlers(self) -> None:
+        def stop(signum: int, frame) -> None:
+            if self.stopping and signum == signal.SIGINT:
+                self.interrupted = True
+                self._signal_children(signal.SIGINT)
+                os._exit(EXIT_INTERRUPTED)
+            self.stopping = True
+            self._signal_children(signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+    def _signal_children(self, signum: int) -> None:
+        for process, _ in self.children.values():
+            if process.pid is not None:
+                try:
+                    os.kill(process.pid, signum)
+                except ProcessLookupError:
+                    pass
