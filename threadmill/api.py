@@ -144,7 +144,7 @@ def task(alias: str, task_id: str):
 
 def count_selected(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> int:
     """Return how many of the selected tasks are in the segment now."""
-    return get_backend(alias).count_in_segment(queue_name, segment, task_ids)
+    return len(get_backend(alias).in_segment(queue_name, segment, task_ids))
 
 
 def count_view(alias: str, queue_name: str, segment: Segment, where: Filter = Filter()) -> int:
@@ -167,9 +167,12 @@ def requeue_view(alias: str, queue_name: str, segment: Segment, where: Filter = 
     return get_backend(alias).requeue_matching(queue_name, segment=segment, needles=where.needles)
 
 
-def delete(alias: str, task_ids: Sequence[str]) -> int:
-    """Delete the selected tasks, their data and results in one script; return how many existed."""
-    return get_backend(alias).delete(task_ids)
+def delete(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
+    """Delete those selected tasks still in the segment, with their data and results, in one script."""
+    backend = get_backend(alias)
+    present = backend.in_segment(queue_name, segment, task_ids)
+    backend.delete(present)
+    return present
 
 
 def purge(alias: str, queue_name: str, segment: Segment) -> int:

@@ -98,9 +98,9 @@ def test_requeue_matching_without_needles_requeues_the_whole_unreadable_segment(
     assert raw.hget(TASK + ids[0], "read_error") is None
 
 
-def test_count_in_segment_counts_only_present_ids(backend):
+def test_in_segment_keeps_only_the_ids_present(backend):
     ids = [enqueue(backend, echo).id for _ in range(3)]
-    assert backend.count_in_segment("default", "ready", [*ids[:2], "nope"]) == 2
+    assert backend.in_segment("default", "ready", [*ids[:2], "nope"]) == ids[:2]
 
 
 def test_peek_task_returns_an_unreadable_task_as_stored(backend, raw):

@@ -408,12 +408,12 @@ class RedisTaskBackend(BaseTaskBackend):
         return moved
 
     @translate_errors
-    def count_in_segment(self, queue_name: str, segment: Segment | str, task_ids: Sequence[str]) -> int:
-        """Return how many of the given task ids are in one segment of a queue now."""
+    def in_segment(self, queue_name: str, segment: Segment | str, task_ids: Sequence[str]) -> list[str]:
+        """Return those of the given task ids that are in one segment of a queue now."""
         if not task_ids:
-            return 0
+            return []
         scores = self.client.zmscore(self.keys.segment(queue_name, Segment.parse(segment)), list(task_ids))
-        return sum(score is not None for score in scores)
+        return [task_id for task_id, score in zip(task_ids, scores, strict=True) if score is not None]
 
     @translate_errors
     def peek_task(self, task_id: str) -> ThreadmillTaskResult | UnreadableTask:
