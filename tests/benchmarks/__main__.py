@@ -11,7 +11,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks per measurement (default 20,000)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per figure; the median is reported")
     parser.add_argument(
-        "--peers", default="dramatiq,celery,django-tasks-db", help="comma-separated peers to drain beside threadmill"
+        "--peers", default="dramatiq,celery,django-tasks-db,django-tasks-rq",
+        help="comma-separated peers to drain beside threadmill (an empty string drains threadmill alone)",
     )
     args = parser.parse_args()
     if "backend" in args.benchmarks:
@@ -22,7 +23,7 @@ def main() -> None:
         from . import drain
 
         peers = [p for p in args.peers.split(",") if p]
-        drain.run(depth=args.tasks, repeats=args.repeats or 3, peers=peers)
+        drain.run(depth=args.tasks, repeats=args.repeats or 3, peer_names=peers)
 
 
 if __name__ == "__main__":

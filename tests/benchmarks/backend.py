@@ -100,11 +100,15 @@ def measure_acquire(client: redis.Redis, backend, tasks: int, value: str, count:
     enqueue(tasks, value)
     client.config_resetstat()
     acquire_all(backend, tasks, count)
-    cost = evalsha(phase_stats(client))
+    stats = phase_stats(client)
+    cost = evalsha(stats)
     return {
         "calls": cost["calls"],
         "usec_per_call": cost["usec"] / cost["calls"],
         "usec_per_task": cost["usec"] / tasks,
+        "inner_usec_per_call": {
+            name: entry["usec"] / cost["calls"] for name, entry in sorted(stats.items()) if name != "evalsha"
+        },
     }
 
 
@@ -157,6 +161,10 @@ def run(tasks: int = DEFAULT_TASKS, repeats: int = 5) -> dict[str, Any]:
                     "usec_per_call_runs": [round(r["usec_per_call"], 3) for r in runs],
                     "usec_per_call": round(report.median([r["usec_per_call"] for r in runs]), 3),
                     "usec_per_task": round(report.median([r["usec_per_task"] for r in runs]), 3),
+                    "inner_usec_per_call": {
+                        name: round(report.median([r["inner_usec_per_call"].get(name, 0) for r in runs]), 3)
+                        for name in runs[0]["inner_usec_per_call"]
+                    },
                 }
                 print(f"acquire {key}: {acquire[key]['usec_per_call']:.2f} us per EVALSHA", flush=True)
         value = echo_value(PAYLOAD_SIZES["447 B"])
@@ -204,6 +212,9 @@ def print_backend(figures: dict[str, Any]) -> None:
         ["acquire/ack batch", "commands/task", "enqueue cmds / us", "acquire cmds / us", "acknowledge cmds / us"],
         rows,
     )
+    for key, entry in figures["acquire"].items():
+        detail = ", ".join(f"{name} {usec:.2f}" for name, usec in entry["inner_usec_per_call"].items())
+        print(f"  acquire {key}, commands inside the script, us per EVALSHA: {detail}")
     for key, entry in figures["round_trip"].items():
         detail = ", ".join(f"{name} {calls:.2f}" for name, calls in entry["command_calls_per_task"].items())
         print(f"  {key}: {detail}")

@@ -41,6 +41,8 @@ POLL_S = 0.01
 DEFAULT_DEPTH = 20_000
 #: Prefetch every queue that can be told reads ahead (the seeds' shared rate).
 PEER_PREFETCH = 128
+#: Peers drained beside threadmill unless told otherwise.
+DEFAULT_PEERS = ["dramatiq", "celery", "django-tasks-db", "django-tasks-rq"]
 WORKER_COMMAND = ROOT / "threadmill" / "management" / "commands" / "threadmill.py"
 
 
@@ -110,6 +112,10 @@ def db_finished(ctx: Context) -> int:
         ).fetchone()[0]
 
 
+def rq_finished(ctx: Context) -> int:
+    return ctx.db(peers.RQ_DB).zcard("rq:finished:default")
+
+
 def db_migrate(ctx: Context, queue: QueueUnderTest) -> None:
     command = [sys.executable, "manage.py", "migrate", "-v", "0"]
     subprocess.run(command, cwd=ROOT, env=ctx.env(queue.settings, {}), check=True)
@@ -140,7 +146,7 @@ def threadmill_queues(depth: int) -> list[QueueUnderTest]:
     ]
 
 
-def peer_queues(depth: int, peers: list[str]) -> list[QueueUnderTest]:
+def peer_queues(depth: int, names: list[str]) -> list[QueueUnderTest]:
     queues = {
         "dramatiq": QueueUnderTest(
             name="dramatiq",
@@ -175,8 +181,21 @@ def peer_queues(depth: int, peers: list[str]) -> list[QueueUnderTest]:
             reset=db_reset,
             note="db_worker on SQLite, one task per loop",
         ),
+        "django-tasks-rq": QueueUnderTest(
+            name="django-tasks-rq",
+            system="django-tasks-rq",
+            worker=["manage.py", "rqworker", "default", "--burst", "--job-class", "django_tasks_rq.Job"],
+            finished=rq_finished,
+            depth=min(depth, 1_000),
+            settings="tests.benchmarks.peers.rq_settings",
+            exits_when_drained=True,
+            note="rqworker as shipped: a forked work horse per task",
+        ),
     }
-    return [queues[name] for name in peers if name in queues]
+    unknown = set(names) - queues.keys()
+    if unknown:
+        raise ValueError(f"Unknown peers: {', '.join(sorted(unknown))}; choose from {', '.join(queues)}.")
+    return [queues[name] for name in names]
 
 
 # -- one drain ----------------------------------------------------------------------------
@@ -296,38 +315,36 @@ def reading(ctx: Context, process: subprocess.Popen, done: int, now: float) -> d
 # -- the run ------------------------------------------------------------------------------
 
 
-def queues_under_test(depth: int, peers: list[str]) -> list[QueueUnderTest]:
+def queues_under_test(depth: int, peer_names: list[str]) -> list[QueueUnderTest]:
     """Return threadmill's rows (once its worker command exists) followed by the peers'."""
     if not WORKER_COMMAND.exists():
         print(f"threadmill skipped: {WORKER_COMMAND.relative_to(ROOT)} does not exist yet.", flush=True)
-        return peer_queues(depth, peers)
-    return threadmill_queues(depth) + peer_queues(depth, peers)
+        return peer_queues(depth, peer_names)
+    return threadmill_queues(depth) + peer_queues(depth, peer_names)
 
 
-def run(depth: int = DEFAULT_DEPTH, repeats: int = 3, peers: list[str] | None = None) -> dict[str, Any]:
+def run(depth: int = DEFAULT_DEPTH, repeats: int = 3, peer_names: list[str] | None = None) -> dict[str, Any]:
     """Drain every queue under test `repeats` times, interleaved, and print and write the medians."""
-    peers = ["dramatiq", "celery", "django-tasks-db"] if peers is None else peers
-    queues = queues_under_test(depth, peers)
+    queues = queues_under_test(depth, DEFAULT_PEERS if peer_names is None else peer_names)
     scratch = Path(tempfile.mkdtemp(prefix="threadmill-drain-"))
     runs: dict[str, list[dict[str, float]]] = {q.name: [] for q in queues}
-    try:
-        with valkey() as server:
-            ctx = Context(server, scratch)
+    with valkey() as server:
+        ctx = Context(server, scratch)
+        for queue in queues:
+            if queue.prepare:
+                queue.prepare(ctx, queue)
+        for repeat in range(repeats):
             for queue in queues:
-                if queue.prepare:
-                    queue.prepare(ctx, queue)
-            for repeat in range(repeats):
-                for queue in queues:
-                    figures = drain_once(ctx, queue, timeout=queue.depth / 20 + 120)
-                    runs[queue.name].append(figures)
-                    print(
-                        f"[{repeat + 1}/{repeats}] {queue.name}: {figures['tasks_per_s']:,.0f} tasks/s, "
-                        f"{figures['cpu_us_per_task']:.0f} us CPU per task",
-                        flush=True,
-                    )
-            version = server_version(ctx.client)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+                figures = drain_once(ctx, queue, timeout=queue.depth / 20 + 120)
+                runs[queue.name].append(figures)
+                print(
+                    f"[{repeat + 1}/{repeats}] {queue.name}: {figures['tasks_per_s']:,.0f} tasks/s, "
+                    f"{figures['cpu_us_per_task']:.0f} us CPU per task",
+                    flush=True,
+                )
+        version = server_version(ctx.client)
+    # Kept when a drain fails, since the workers' logs there say why.
+    shutil.rmtree(scratch, ignore_errors=True)
     results = {q.name: summarise(q, runs[q.name]) for q in queues}
     figures = {"server": version, "repeats": repeats, "poll_s": POLL_S, "queues": results}
     print_drain(figures)

@@ -11,3 +11,5 @@ DRAMATIQ_RESULTS_DB = 2
 CELERY_BROKER_DB = 3
 #: celery's stored results, alone in their database so DBSIZE counts finished tasks.
 CELERY_RESULTS_DB = 4
+#: rq's queue, jobs and finished registry (django-tasks-rq).
+RQ_DB = 5
