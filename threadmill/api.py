@@ -23,7 +23,7 @@ from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
 
 from .backends.base import REQUEUEABLE_SEGMENTS, Segment, UnreadableTask
 from .backends.redis import RedisTaskBackend
-from .exceptions import BackendConnectionError
+from .telemetry import SNAPSHOT_INTERVAL_S
 
 logger = logging.getLogger("threadmill.api")
 
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 #: Seconds between two worker snapshots when a snapshot does not say.
-DEFAULT_TELEMETRY_INTERVAL_S = 2.0
+DEFAULT_TELEMETRY_INTERVAL_S = SNAPSHOT_INTERVAL_S
 #: Snapshot intervals a worker may stay silent before it is shown as lost.
 LOST_AFTER_INTERVALS = 3
 #: Most segment entries a filtered view scans; past it, its count is a lower bound.
@@ -411,10 +411,8 @@ class TelemetryHub:
         while not self._stop.is_set():
             try:
                 self._listen()
-            except BackendConnectionError as e:
-                logger.warning("Telemetry subscription lost (%s); retrying.", e)
-            except Exception:
-                logger.exception("Telemetry subscription failed; retrying.")
+            except Exception as e:  # noqa: BLE001 - a lost server must not end the hub; it retries
+                logger.warning("Telemetry subscription lost (%s: %s); retrying in 1 s.", type(e).__name__, e)
             self._stop.wait(1.0)
 
     def _listen(self) -> None:

@@ -7,6 +7,7 @@
 import os
 from pathlib import Path
 
+from inspector.apps import STATIC_DIR, TEMPLATES_DIR
 from threadmill.embedded import DEFAULT_EMBEDDED_PORT
 
 BASE_DIR = Path(os.environ.get("THREADMILL_HOME", Path.cwd()))
@@ -37,6 +38,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -46,7 +48,7 @@ ASGI_APPLICATION = "inspector.site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [TEMPLATES_DIR],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -77,7 +79,11 @@ TASKS = {
 }
 
 LOGIN_URL = "admin:login"
+LOGIN_REDIRECT_URL = "inspector:queue_list"
+# The console sends its own, stricter policy; this covers the rest of the site (the admin).
+SECURE_CSP = {"default-src": ["'self'"], "object-src": ["'none'"], "frame-ancestors": ["'none'"]}
 STATIC_URL = "static/"
+STATICFILES_DIRS = [STATIC_DIR]
 STATIC_ROOT = BASE_DIR / "var" / "static"
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -1,0 +1,94 @@
+"""Live updates: one websocket per console tab, fed by the process's one telemetry subscription.
+
+The hub's thread only flags "something changed"; each connection renders at most
+`MAX_UPDATES_PER_S` times a second (coalescing bursts), and not at all while its tab says
+it is hidden. What is sent is server-rendered HTML the htmx ws extension swaps in by id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from threadmill import api
+
+from .fragments import overview_context, workers_context
+
+logger = logging.getLogger("inspector.live")
+
+#: Most updates a connection receives per second; bursts of telemetry are coalesced.
+MAX_UPDATES_PER_S = 4
+#: Close code for a user who may not see the console (4000 + HTTP 403).
+CLOSE_FORBIDDEN = 4403
+
+#: Which fragments each page subscribes to, and the partial that renders each.
+FRAGMENTS = {
+    "overview": ("inspector/queue_list.html#queues-table", overview_context, {"queues", "tick"}),
+    "workers": ("inspector/worker_list.html#workers-table", workers_context, {"workers", "tick"}),
+}
+
+
+def render_fragment(view: str) -> str:
+    """Render one page's live fragment, marked for an out-of-band swap."""
+    template_name, context, _ = FRAGMENTS[view]
+    return render_to_string(template_name, {**context(), "oob": True})
+
+
+class ConsoleConsumer(AsyncWebsocketConsumer):
+    """Pushes a page's live fragment whenever telemetry says it changed, coalesced and paused when hidden."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        await self.accept()
+        if not (user and user.is_authenticated and user.is_active and user.is_staff):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        query = dict(part.split("=", 1) for part in self.scope["query_string"].decode().split("&") if "=" in part)
+        self.view = query.get("view", "overview")
+        if self.view not in FRAGMENTS:
+            await self.close(code=4400)
+            return
+        self.visible = True
+        self.changed = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        api.hub().subscribe(self._on_telemetry)
+        self.changed.set()
+        self.pump = asyncio.create_task(self._pump())
+
+    def _on_telemetry(self, kind: str) -> None:
+        # Called on the hub's thread: hand the news to this connection's loop, nothing more.
+        if kind in FRAGMENTS[self.view][2]:
+            self.loop.call_soon_threadsafe(self.changed.set)
+
+    async def _pump(self) -> None:
+        interval = 1 / MAX_UPDATES_PER_S
+        while True:
+            await self.changed.wait()
+            self.changed.clear()
+            if not self.visible:
+                continue
+            try:
+                await self.send(text_data=await database_sync_to_async(render_fragment)(self.view))
+            except Exception:
+                logger.exception("Rendering the %s fragment failed.", self.view)
+            await asyncio.sleep(interval)  # the rate limit: later changes coalesce into one update
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        try:
+            message = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        if isinstance(message, dict) and "visible" in message:
+            self.visible = bool(message["visible"])
+            if self.visible:
+                self.changed.set()
+
+    async def disconnect(self, code) -> None:
+        if hasattr(self, "pump"):
+            api.hub().unsubscribe(self._on_telemetry)
+            self.pump.cancel()

@@ -1,0 +1,53 @@
+"""Path converters that validate a console URL's backend and segment at the edge (unknown -> 404)."""
+
+from threadmill import api
+
+
+class BackendConverter:
+    """A configured threadmill backend alias."""
+
+    regex = r"[A-Za-z0-9_-]{1,100}"
+
+    def to_python(self, value: str) -> str:
+        if value not in api.backend_aliases():
+            raise ValueError(f"No threadmill backend is configured as {value!r}.")
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class QueueConverter:
+    """A queue name's shape; whether the queue exists needs the backend, so the view checks that."""
+
+    regex = r"[A-Za-z0-9_.:-]{1,200}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class SegmentConverter:
+    """One of a queue's segments."""
+
+    regex = r"ready|deferred|running|successful|failed|unreadable"
+
+    def to_python(self, value: str) -> api.Segment:
+        return api.Segment(value)
+
+    def to_url(self, value: api.Segment | str) -> str:
+        return api.Segment(value).value
+
+
+class TaskIdConverter:
+    """A task id's shape (a UUID, or any id a backend made, within reason)."""
+
+    regex = r"[A-Za-z0-9_.:-]{1,100}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value

@@ -1,0 +1,73 @@
+"""Forms of the console: a segment view's filter, a selection of tasks, the purge confirmation."""
+
+from __future__ import annotations
+
+import re
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from threadmill import api
+
+#: Most tasks one "requeue selected" or "delete selected" may name.
+MAX_SELECTION = 500
+_TASK_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+
+
+class FilterForm(forms.Form):
+    """Filter a segment by task path and by error class (exact dotted paths)."""
+
+    task = forms.CharField(required=False, max_length=200, label="Task path")
+    error = forms.CharField(required=False, max_length=200, label="Error class")
+
+    def clean(self):
+        data = super().clean()
+        try:
+            data["where"] = api.Filter(task_path=data.get("task", ""), error_class=data.get("error", ""))
+        except ValueError as e:
+            raise ValidationError(str(e)) from e
+        return data
+
+
+class SelectionForm(forms.Form):
+    """What an action applies to: the selected task ids, or the whole (filtered) view."""
+
+    scope = forms.ChoiceField(choices=[("selected", "selected"), ("view", "view")], initial="selected")
+    ids = forms.CharField(required=False, widget=forms.MultipleHiddenInput)
+
+    def __init__(self, data=None, **kwargs):
+        super().__init__(data, **kwargs)
+        self.task_ids = data.getlist("ids") if data is not None and hasattr(data, "getlist") else []
+
+    def clean(self):
+        data = super().clean()
+        if len(self.task_ids) > MAX_SELECTION:
+            raise ValidationError(f"Select at most {MAX_SELECTION} tasks at a time, or act on the whole view.")
+        bad = [task_id for task_id in self.task_ids if not _TASK_ID.match(task_id)]
+        if bad:
+            raise ValidationError("The selection holds a malformed task id.")
+        if data.get("scope") == "selected" and not self.task_ids:
+            raise ValidationError("Select at least one task.")
+        data["ids"] = list(dict.fromkeys(self.task_ids))
+        return data
+
+
+class PurgeForm(forms.Form):
+    """Purging a segment asks the user to type the queue's name."""
+
+    confirm = forms.CharField(max_length=200, label="Type the queue name to confirm")
+
+    def __init__(self, *args, queue_name: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.queue_name = queue_name
+
+    def clean_confirm(self):
+        value = self.cleaned_data["confirm"]
+        if value != self.queue_name:
+            raise ValidationError(f"Type the queue name, {self.queue_name}, exactly to purge it.")
+        return value
+
+
+def reason(form: forms.Form) -> str:
+    """Return a form's errors as one sentence for a 400 page."""
+    return " ".join(str(message) for messages in form.errors.values() for message in messages)

@@ -1,0 +1,35 @@
+"""The console's audit log: who did what to which tasks, stored in the site's database."""
+
+from django.conf import settings
+from django.db import models
+
+
+class AuditEntry(models.Model):
+    """One console action: requeue, delete or purge, with the tasks it touched."""
+
+    class Action(models.TextChoices):
+        REQUEUE = "requeue", "Requeue"
+        DELETE = "delete", "Delete"
+        PURGE = "purge", "Purge"
+
+    #: Most task ids an entry keeps; a purge of a million tasks records the count only.
+    MAX_TASK_IDS = 1000
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    username = models.CharField(max_length=150)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    backend = models.CharField(max_length=100)
+    queue_name = models.CharField(max_length=200)
+    segment = models.CharField(max_length=16, blank=True)
+    scope = models.CharField(max_length=200, blank=True, help_text="What was selected: ids, a filtered view, a segment.")
+    count = models.PositiveIntegerField()
+    task_ids = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        permissions = [("change_queue", "Can requeue, delete and purge tasks in the Threadmill console")]
+
+    def __str__(self) -> str:
+        return f"{self.username} {self.action} {self.count} on {self.backend}/{self.queue_name}/{self.segment}"

@@ -1,0 +1,264 @@
+"""django-tables2 tables over a Redis-backed `TableData`: one round trip per page, never a whole queue."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import django_tables2 as tables
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+from django_tables2.data import TableData
+
+from threadmill import api
+from threadmill.backends.base import json_preview
+
+#: Characters of args or of a raw payload a table cell shows; the detail page shows the rest.
+PREVIEW_CHARS = 120
+#: Rows per page.
+PER_PAGE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """What a table shows of one task, read safely whether or not the payload is readable."""
+
+    id: str
+    backend: str
+    task_path: str = ""
+    priority: int | None = None
+    args_preview: str = ""
+    enqueued_at: datetime | None = None
+    run_after: datetime | None = None
+    worker: str = ""
+    lease_started_at: datetime | None = None
+    lease_deadline: datetime | None = None
+    finished_at: datetime | None = None
+    duration_s: float | None = None
+    attempts: int | None = None
+    error_class: str = ""
+    preview: str = ""
+    read_error: str = ""
+
+    @classmethod
+    def of(cls, alias: str, item) -> TaskRow:
+        if isinstance(item, api.UnreadableTask):
+            return cls(item.id, alias, preview=item.preview[:PREVIEW_CHARS], read_error=item.error[:PREVIEW_CHARS])
+        ran = item.last_attempted_at or item.started_at
+        return cls(
+            id=item.id,
+            backend=alias,
+            task_path=item.task.module_path,
+            priority=item.task.priority,
+            args_preview=json_preview([item.args, item.kwargs], PREVIEW_CHARS),
+            enqueued_at=item.enqueued_at,
+            run_after=item.task.run_after,
+            worker=getattr(item, "lease_worker", ""),
+            lease_started_at=getattr(item, "lease_started_at", None),
+            lease_deadline=getattr(item, "lease_deadline", None),
+            finished_at=item.finished_at,
+            duration_s=(item.finished_at - ran).total_seconds() if item.finished_at and ran else None,
+            attempts=len(item.worker_ids),
+            error_class=item.errors[-1].exception_class_path if item.errors else "",
+        )
+
+    @property
+    def unreadable(self) -> bool:
+        return not self.task_path
+
+    @property
+    def overdue(self) -> bool:
+        return self.lease_deadline is not None and self.lease_deadline.timestamp() < time.time()
+
+    @property
+    def lease_age_s(self) -> float | None:
+        return None if self.lease_started_at is None else max(0.0, time.time() - self.lease_started_at.timestamp())
+
+
+class SegmentData(TableData):
+    """One segment view as django-tables2 data: the page's rows and the total come from one `api.page` call.
+
+    The paginator asks for the length, then for a slice; the first of them fetches the
+    requested page (ordered as the table says), so both are answered by one round trip.
+    """
+
+    def __init__(self, alias: str, queue_name: str, segment: api.Segment, where: api.Filter, page_number: int):
+        super().__init__([])
+        self.alias, self.queue_name, self.segment, self.where = alias, queue_name, segment, where
+        self.offset = (page_number - 1) * PER_PAGE
+        self.newest_first = api.natural_newest_first(segment)
+        self._fetched: api.SegmentPage | None = None
+        self._fetched_offset = -1
+
+    def _fetch(self, offset: int) -> api.SegmentPage:
+        if self._fetched is None or self._fetched_offset != offset:
+            found = api.page(self.alias, self.queue_name, self.segment, offset, PER_PAGE, self.where, self.newest_first)
+            self._fetched, self._fetched_offset = found, offset
+        return self._fetched
+
+    @property
+    def exact(self) -> bool:
+        return self._fetch(self.offset).exact
+
+    def __len__(self) -> int:
+        return self._fetch(self.offset).total
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start = key.start or 0
+            found = self._fetch(start)
+            stop = len(found.items) if key.stop is None else key.stop - start
+            return [TaskRow.of(self.alias, item) for item in found.items[:stop]]
+        return self[key : key + 1][0]
+
+    def __iter__(self):
+        return iter(self[self.offset : self.offset + PER_PAGE])
+
+    def order_by(self, aliases) -> None:
+        # Only queue order can be reversed: a segment is a sorted set and nothing else is indexed.
+        first = aliases[0] if aliases else ""
+        natural = api.natural_newest_first(self.segment)
+        self.newest_first = (not natural) if first.startswith("-") else natural
+
+    @property
+    def ordering(self):
+        return None
+
+    verbose_name = "task"
+    verbose_name_plural = "tasks"
+
+
+def _moment(value: datetime | None):
+    if value is None:
+        return "—"
+    return format_html('<time datetime="{}">{}</time>', value.isoformat(), value.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def _seconds(value: float | None):
+    return "—" if value is None else format_html("{} s", f"{value:.1f}")
+
+
+class SegmentTable(tables.Table):
+    """Columns every segment shows."""
+
+    select = tables.CheckBoxColumn(accessor="id", attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}})
+    id = tables.Column(verbose_name="Id", orderable=False)
+    task_path = tables.Column(verbose_name="Task", orderable=False, empty_values=())
+    priority = tables.Column(orderable=False)
+    args_preview = tables.Column(verbose_name="Args", orderable=False, attrs={"td": {"class": "args"}})
+    enqueued_at = tables.Column(verbose_name="Enqueued", order_by=("position",), orderable=True)
+
+    class Meta:
+        template_name = "django_tables2/table.html"
+        attrs = {"class": "tasks"}
+        row_attrs = {"class": lambda record: "overdue" if record.overdue else ("unreadable" if record.unreadable else "")}
+        per_page = PER_PAGE
+        orderable = False
+        empty_text = "No tasks in this segment."
+
+    def render_id(self, value, record):
+        url = reverse("inspector:task_detail", args=[record.backend, value])
+        return format_html('<a href="{}" class="mono">{}</a>', url, value)
+
+    def render_task_path(self, value, record):
+        if record.unreadable:
+            return mark_safe('<span class="badge bad">unreadable</span>')
+        return format_html('<span class="mono">{}</span>', value)
+
+    def render_args_preview(self, value):
+        return format_html('<code>{}</code>', value)
+
+    def render_enqueued_at(self, value):
+        return _moment(value)
+
+
+class DeferredTable(SegmentTable):
+    class Meta(SegmentTable.Meta):
+        pass
+
+    run_after = tables.Column(verbose_name="Run after", orderable=False)
+
+    def render_run_after(self, value):
+        return _moment(value)
+
+
+class RunningTable(SegmentTable):
+    class Meta(SegmentTable.Meta):
+        pass
+
+    worker = tables.Column(orderable=False)
+    lease_started_at = tables.Column(verbose_name="Lease started", orderable=False)
+    lease_age_s = tables.Column(verbose_name="Lease age", orderable=False, empty_values=())
+    lease_deadline = tables.Column(verbose_name="Deadline", orderable=False)
+
+    def render_worker(self, value):
+        return format_html('<span class="mono">{}</span>', value)
+
+    def render_lease_started_at(self, value):
+        return _moment(value)
+
+    def render_lease_age_s(self, value):
+        return _seconds(value)
+
+    def render_lease_deadline(self, value, record):
+        if record.overdue:
+            return format_html('<span class="badge bad">overdue</span> {}', _moment(value))
+        return _moment(value)
+
+
+class FinishedTable(SegmentTable):
+    class Meta(SegmentTable.Meta):
+        pass
+
+    finished_at = tables.Column(verbose_name="Finished", orderable=False)
+    duration_s = tables.Column(verbose_name="Duration", orderable=False, empty_values=())
+    attempts = tables.Column(orderable=False)
+    error_class = tables.Column(verbose_name="Error", orderable=False)
+
+    def render_finished_at(self, value):
+        return _moment(value)
+
+    def render_duration_s(self, value):
+        return _seconds(value)
+
+    def render_error_class(self, value):
+        return format_html('<span class="mono">{}</span>', value)
+
+
+class UnreadableTable(tables.Table):
+    select = tables.CheckBoxColumn(accessor="id", attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}})
+    id = tables.Column(verbose_name="Id", orderable=False)
+    preview = tables.Column(verbose_name="Raw payload (preview)", orderable=False, attrs={"td": {"class": "args"}})
+    read_error = tables.Column(verbose_name="Read error", orderable=False)
+    enqueued_at = tables.Column(verbose_name="Order", order_by=("position",), empty_values=(), orderable=True)
+
+    class Meta(SegmentTable.Meta):
+        row_attrs = {"class": "unreadable"}
+
+    render_id = SegmentTable.render_id
+
+    def render_preview(self, value):
+        return format_html("<code>{}</code>", value)
+
+    def render_enqueued_at(self, value):
+        return "—"
+
+
+TABLE_OF_SEGMENT = {
+    api.Segment.READY: SegmentTable,
+    api.Segment.DEFERRED: DeferredTable,
+    api.Segment.RUNNING: RunningTable,
+    api.Segment.SUCCESSFUL: FinishedTable,
+    api.Segment.FAILED: FinishedTable,
+    api.Segment.UNREADABLE: UnreadableTable,
+}
+
+
+def segment_table(request, alias, queue_name, segment, where, page_number, selectable: bool) -> tables.Table:
+    """Return the table of one segment view, ordered and paginated per the request."""
+    data = SegmentData(alias, queue_name, segment, where, page_number)
+    table = TABLE_OF_SEGMENT[segment](data, request=None, exclude=() if selectable else ("select",))
+    table.order_by = request.GET.get("sort") or None
+    return table

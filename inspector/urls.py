@@ -1,0 +1,24 @@
+"""The console's URLs; mount with `path("threadmill/", include("inspector.urls"))`."""
+
+from django.urls import path, register_converter
+
+from . import converters, views
+
+register_converter(converters.BackendConverter, "tm_backend")
+register_converter(converters.QueueConverter, "tm_queue")
+register_converter(converters.SegmentConverter, "tm_segment")
+register_converter(converters.TaskIdConverter, "tm_task_id")
+
+app_name = "inspector"
+
+urlpatterns = [
+    path("", views.queue_list, name="queue_list"),
+    path("workers/", views.worker_list, name="worker_list"),
+    path("audit/", views.audit_list, name="audit_list"),
+    path("<tm_backend:backend>/task/<tm_task_id:task_id>/", views.task_detail, name="task_detail"),
+    path("<tm_backend:backend>/task/<tm_task_id:task_id>/requeue/", views.requeue_task, name="requeue_task"),
+    path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/", views.task_list, name="task_list"),
+    path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/requeue/", views.requeue_tasks, name="requeue_tasks"),
+    path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/delete/", views.delete_tasks, name="delete_tasks"),
+    path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/purge/", views.purge_segment, name="purge_segment"),
+]

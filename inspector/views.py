@@ -1,0 +1,218 @@
+"""The console's pages and actions: function views, staff-only, htmx partials of the same templates."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import BadRequest
+from django.core.paginator import EmptyPage
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from threadmill import api
+
+from . import audit, forms
+from .fragments import overview_context, workers_context
+from .models import AuditEntry
+from .security import can_change, change_required, console_view
+from .tables import PER_PAGE, segment_table
+
+
+def _partial(request, template_name: str, partial: str) -> str:
+    """Return the template to render: the named partial of it for an htmx request."""
+    return f"{template_name}#{partial}" if request.htmx and not request.htmx.boosted else template_name
+
+
+def _queue_or_404(alias: str, queue_name: str) -> None:
+    if not api.has_queue(alias, queue_name):
+        raise Http404(f"No queue named {queue_name!r} on backend {alias!r}.")
+
+
+def _page_number(request) -> int:
+    raw = request.GET.get("page", "1")
+    if not raw.isdigit() or not 1 <= int(raw) <= 10**9:
+        raise BadRequest(f"The page number must be a whole number from 1, not {raw[:20]!r}.")
+    return int(raw)
+
+
+def _filter(data) -> api.Filter:
+    form = forms.FilterForm(data)
+    if not form.is_valid():
+        raise BadRequest(forms.reason(form))
+    return form.cleaned_data["where"]
+
+
+def _segment_url(alias: str, queue_name: str, segment: api.Segment, where: api.Filter = api.Filter()) -> str:
+    url = reverse("inspector:task_list", args=[alias, queue_name, segment])
+    query = {k: v for k, v in (("task", where.task_path), ("error", where.error_class)) if v}
+    return f"{url}?{urlencode(query)}" if query else url
+
+
+# -- pages -----------------------------------------------------------------------------
+
+
+@require_GET
+@console_view
+def queue_list(request):
+    context = {"active": "queues", **overview_context()}
+    return render(request, _partial(request, "inspector/queue_list.html", "queues-table"), context)
+
+
+@require_GET
+@console_view
+def task_list(request, backend: str, queue: str, segment: api.Segment):
+    _queue_or_404(backend, queue)
+    where, page_number = _filter(request.GET), _page_number(request)
+    table = segment_table(request, backend, queue, segment, where, page_number, can_change(request.user))
+    _paginate(table, page_number)
+    context = {
+        "active": "queues", "backend": backend, "queue_name": queue, "segment": segment, "table": table, "where": where,
+        "segments": list(api.Segment), "can_change": can_change(request.user),
+        "requeueable": segment in api.REQUEUEABLE_SEGMENTS, "filter_form": forms.FilterForm(request.GET or None),
+    }  # fmt: skip
+    return render(request, _partial(request, "inspector/task_list.html", "tasks-table"), context)
+
+
+def _paginate(table, page_number: int) -> None:
+    try:
+        table.paginate(page=page_number, per_page=PER_PAGE)
+    except EmptyPage:
+        # The segment shrank under the user (a purge, a drain): show its last page.
+        table.paginate(page=max(1, table.paginator.num_pages), per_page=PER_PAGE)
+
+
+@require_GET
+@console_view
+def task_detail(request, backend: str, task_id: str):
+    try:
+        task = api.task(backend, task_id)
+    except api.TaskResultDoesNotExist as e:
+        raise Http404(str(e)) from e
+    context = {"active": "queues", "backend": backend, "task": task, "can_change": can_change(request.user)}
+    context["unreadable"] = isinstance(task, api.UnreadableTask)
+    return render(request, _partial(request, "inspector/task_detail.html", "task-status"), context)
+
+
+@require_GET
+@console_view
+def worker_list(request):
+    context = {"active": "workers", **workers_context()}
+    return render(request, _partial(request, "inspector/worker_list.html", "workers-table"), context)
+
+
+@require_GET
+@console_view
+def audit_list(request):
+    page = _audit_page(request)
+    return render(request, "inspector/audit_list.html", {"active": "audit", "page": page})
+
+
+def _audit_page(request):
+    from django.core.paginator import Paginator
+
+    try:
+        return Paginator(AuditEntry.objects.all(), PER_PAGE).page(_page_number(request))
+    except EmptyPage as e:
+        raise Http404("There is no such page of the audit log.") from e
+
+
+# -- actions ---------------------------------------------------------------------------
+
+
+@require_POST
+@console_view
+@change_required
+def requeue_task(request, backend: str, task_id: str):
+    try:
+        task = api.task(backend, task_id)
+    except api.TaskResultDoesNotExist as e:
+        raise Http404(str(e)) from e
+    moved = api.requeue(backend, task_id)
+    segment = getattr(task, "segment", "") or ""
+    queue_name = task.queue_name if isinstance(task, api.UnreadableTask) else task.task.queue_name
+    audit.record(request, "requeue", backend, queue_name, str(segment), "one task", int(moved), [task_id] if moved else [])
+    _say(request, moved, f"Requeued task {task_id}.", f"Task {task_id} was not requeued: it is already ready.")
+    return redirect("inspector:task_detail", backend, task_id)
+
+
+def _say(request, ok: bool, done: str, not_done: str) -> None:
+    (messages.success if ok else messages.warning)(request, done if ok else not_done)
+
+
+@require_POST
+@console_view
+@change_required
+def requeue_tasks(request, backend: str, queue: str, segment: api.Segment):
+    _queue_or_404(backend, queue)
+    if segment not in api.REQUEUEABLE_SEGMENTS:
+        raise BadRequest("Tasks in the ready segment are already waiting to run; there is nothing to requeue.")
+    return _action(request, "requeue", backend, queue, segment)
+
+
+@require_POST
+@console_view
+@change_required
+def delete_tasks(request, backend: str, queue: str, segment: api.Segment):
+    _queue_or_404(backend, queue)
+    return _action(request, "delete", backend, queue, segment)
+
+
+def _action(request, action: str, alias: str, queue_name: str, segment: api.Segment):
+    """Show the confirmation with the server's count, or, once confirmed, act, audit and redirect."""
+    selection, where = forms.SelectionForm(request.POST), _filter(request.POST)
+    if not selection.is_valid():
+        raise BadRequest(forms.reason(selection))
+    scope, ids = selection.cleaned_data["scope"], selection.cleaned_data["ids"]
+    if action == "delete" and scope != "selected":
+        raise BadRequest("Delete acts on selected tasks only; purge empties a whole segment.")
+    if request.POST.get("confirmed") != "yes":
+        return _confirm(request, action, alias, queue_name, segment, scope, ids, where)
+    done = _run(action, alias, queue_name, segment, scope, ids, where)
+    scope_text = "selected tasks" if scope == "selected" else f"view {where.task_path or '*'} {where.error_class or ''}".strip()
+    audit.record(request, action, alias, queue_name, segment.value, scope_text, len(done), done)
+    messages.success(request, f"{'Requeued' if action == 'requeue' else 'Deleted'} {_tasks(len(done))}.")
+    return redirect(_segment_url(alias, queue_name, segment, where))
+
+
+def _tasks(count: int) -> str:
+    return f"{count} task{'' if count == 1 else 's'}"
+
+
+def _run(action, alias, queue_name, segment, scope, ids, where) -> list[str]:
+    if action == "delete":
+        return api.delete(alias, queue_name, segment, ids)
+    if scope == "selected":
+        return api.requeue_selected(alias, queue_name, segment, ids)
+    return api.requeue_view(alias, queue_name, segment, where)
+
+
+def _confirm(request, action, alias, queue_name, segment, scope, ids, where):
+    if scope == "selected":
+        count = api.count_selected(alias, queue_name, segment, ids)
+    else:
+        count = api.count_view(alias, queue_name, segment, where)
+    context = {
+        "action": action, "backend": alias, "queue_name": queue_name, "segment": segment, "scope": scope,
+        "ids": ids, "where": where, "count": count, "count_text": _tasks(count), "active": "queues",
+        "back_url": _segment_url(alias, queue_name, segment, where),
+    }  # fmt: skip
+    return render(request, _partial(request, "inspector/action_confirm.html", "action-confirmation"), context)
+
+
+@require_http_methods(["GET", "POST"])
+@console_view
+@change_required
+def purge_segment(request, backend: str, queue: str, segment: api.Segment):
+    _queue_or_404(backend, queue)
+    form = forms.PurgeForm(request.POST or None, queue_name=queue)
+    if request.method == "POST" and form.is_valid():
+        removed = api.purge(backend, queue, segment)
+        audit.record(request, "purge", backend, queue, segment.value, "whole segment", removed)
+        messages.success(request, f"Purged {_tasks(removed)} from {queue} {segment.value}.")
+        return redirect(_segment_url(backend, queue, segment))
+    context = {"active": "queues", "backend": backend, "queue_name": queue, "segment": segment, "form": form}
+    context["count"] = api.count_view(backend, queue, segment)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "inspector/purge_confirm.html", context, status=status)

@@ -1,0 +1,31 @@
+// Threadmill console: the little behaviour htmx does not cover. No inline scripts anywhere,
+// so the console's Content-Security-Policy (script-src 'self') holds.
+(function () {
+  "use strict";
+
+  // Live pages: tell the server when the tab is hidden, so it stops pushing updates.
+  var sockets = [];
+  function sendVisibility(socket) {
+    socket.send(JSON.stringify({ visible: !document.hidden }));
+  }
+  document.addEventListener("htmx:wsOpen", function (event) {
+    var socket = event.detail.socketWrapper;
+    sockets.push(socket);
+    if (document.hidden) sendVisibility(socket);
+  });
+  document.addEventListener("htmx:wsClose", function (event) {
+    sockets = sockets.filter(function (s) { return s !== event.detail.socketWrapper; });
+  });
+  document.addEventListener("visibilitychange", function () {
+    sockets.forEach(sendVisibility);
+  });
+
+  // "Select all" checkbox in a task table's header.
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box.matches || !box.matches("table.tasks thead input[type=checkbox]")) return;
+    box.closest("table").querySelectorAll("tbody input[type=checkbox][name=ids]").forEach(function (row) {
+      row.checked = box.checked;
+    });
+  });
+})();

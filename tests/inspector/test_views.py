@@ -1,0 +1,222 @@
+"""Console pages through the Django test client: full pages, htmx partials, bad input, escaping."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.inspector.conftest import TASK_KEY
+
+pytestmark = pytest.mark.django_db
+
+SEGMENTS = ["ready", "deferred", "running", "successful", "failed", "unreadable"]
+
+
+def test_the_overview_lists_every_queue_with_its_counts(operator_client, seeded):
+    response = operator_client.get("/threadmill/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<html" in html
+    assert 'data-queue="default"' in html and 'data-queue="emails"' in html
+    for segment in SEGMENTS:
+        assert f'data-segment="{segment}">1</a>' in html
+
+
+def test_the_overview_as_an_htmx_request_renders_only_the_queues_table(operator_client, seeded):
+    response = operator_client.get("/threadmill/", headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="queues-table"')
+    assert "<html" not in html
+
+
+def test_every_console_page_sends_a_strict_content_security_policy(operator_client, seeded):
+    for url in ["/threadmill/", "/threadmill/workers/", "/threadmill/audit/", "/threadmill/default/default/ready/",
+                f"/threadmill/default/task/{seeded['ready']}/", "/threadmill/default/nope/ready/"]:  # fmt: skip
+        policy = operator_client.get(url).headers["Content-Security-Policy"]
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy, url
+    # A URL no console route matches gets the site's policy, which is strict too.
+    policy = operator_client.get("/threadmill/nope/default/ready/").headers["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "unsafe-inline" not in policy
+
+
+@pytest.mark.parametrize("segment", SEGMENTS)
+def test_each_segment_table_lists_its_task(operator_client, seeded, segment):
+    response = operator_client.get(f"/threadmill/default/default/{segment}/")
+    assert response.status_code == 200
+    assert seeded[segment] in response.content.decode()
+
+
+def test_a_segment_table_as_an_htmx_request_renders_only_the_table(operator_client, seeded):
+    response = operator_client.get("/threadmill/default/default/ready/", headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="tasks-table"')
+    assert seeded["ready"] in html and "<html" not in html
+
+
+def test_the_running_table_shows_the_lease_and_flags_an_overdue_one(operator_client, seeded, raw):
+    raw.zadd("threadmill:{default}:default:running", {seeded["running"]: 1})
+    html = operator_client.get("/threadmill/default/default/running/").content.decode()
+    assert "ghost:1" in html
+    assert 'class="overdue' in html and "badge bad\">overdue" in html
+
+
+def test_the_deferred_table_shows_when_a_task_runs(operator_client, seeded):
+    html = operator_client.get("/threadmill/default/default/deferred/").content.decode()
+    assert "Run after" in html and html.count("<time") >= 2
+
+
+def test_the_failed_table_shows_the_error_class(operator_client, seeded):
+    html = operator_client.get("/threadmill/default/default/failed/").content.decode()
+    assert "builtins.RuntimeError" in html
+
+
+def test_pages_of_a_segment_hold_fifty_rows_and_the_total(operator_client, backend):
+    from tests.tasks import echo
+
+    ids = [echo.enqueue(i).id for i in range(120)]
+    html = operator_client.get("/threadmill/default/default/ready/?page=3").content.decode()
+    assert "120 tasks" in html and "page 3 of 3" in html
+    assert ids[100] in html and ids[119] in html and ids[99] not in html
+
+
+def test_sorting_reverses_the_queue_order(operator_client, backend):
+    from tests.tasks import echo
+
+    ids = [echo.enqueue(i).id for i in range(60)]
+    html = operator_client.get("/threadmill/default/default/ready/?sort=-enqueued_at").content.decode()
+    assert ids[59] in html and ids[0] not in html
+
+
+def test_a_page_past_the_end_shows_the_last_page(operator_client, seeded):
+    response = operator_client.get("/threadmill/default/default/ready/?page=40")
+    assert response.status_code == 200
+    assert seeded["ready"] in response.content.decode()
+
+
+def test_filtering_by_task_path_and_error_class(operator_client, seeded):
+    html = operator_client.get("/threadmill/default/default/failed/?task=tests.tasks.add&error=builtins.RuntimeError").content.decode()
+    assert seeded["failed"] in html and "1 task matching" in html
+    html = operator_client.get("/threadmill/default/default/failed/?error=builtins.KeyError").content.decode()
+    assert seeded["failed"] not in html and "0 tasks matching" in html
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("/threadmill/default/default/ready/?page=abc", "The page number must be a whole number from 1, not &#x27;abc&#x27;."),
+        ("/threadmill/default/default/ready/?page=0", "The page number must be a whole number from 1"),
+        ("/threadmill/default/default/ready/?task=a%20b", "The task path filter must be a dotted Python path"),
+        ("/threadmill/default/default/ready/?error=%3Cscript%3E", "The error class filter must be a dotted Python path"),
+    ],
+)
+def test_malformed_input_is_a_400_with_the_reason(operator_client, seeded, url, reason):
+    response = operator_client.get(url)
+    assert response.status_code == 400
+    assert reason in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/threadmill/nope/default/ready/",
+        "/threadmill/default/no-such-queue/ready/",
+        "/threadmill/default/default/nonsense/",
+        "/threadmill/default/task/00000000-0000-7000-8000-000000000000/",
+        "/threadmill/default/task/bad%20id/",
+        "/threadmill/nope/task/x/",
+    ],
+)
+def test_unknown_backend_queue_segment_or_task_is_a_404(operator_client, seeded, url):
+    assert operator_client.get(url).status_code == 404
+
+
+def test_the_task_detail_shows_args_errors_and_attempts(operator_client, seeded):
+    html = operator_client.get(f"/threadmill/default/task/{seeded['failed']}/").content.decode()
+    assert "builtins.RuntimeError" in html and "boom &lt;b&gt;bold&lt;/b&gt;" in html
+    assert "ghost:1" in html
+
+
+def test_the_task_detail_of_an_unreadable_task_shows_the_raw_payload_escaped(operator_client, seeded):
+    html = operator_client.get(f"/threadmill/default/task/{seeded['unreadable']}/").content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>alert(1)" not in html
+    assert "UnicodeDecodeError" in html
+
+
+def test_a_live_task_detail_polls_its_status_partial(operator_client, seeded):
+    html = operator_client.get(f"/threadmill/default/task/{seeded['ready']}/").content.decode()
+    assert 'hx-trigger="every 1s"' in html
+    partial = operator_client.get(f"/threadmill/default/task/{seeded['ready']}/", headers={"HX-Request": "true"})
+    assert partial.content.decode().lstrip().startswith('<div id="task-status"')
+
+
+def test_redis_sourced_text_is_escaped_everywhere(operator_client, backend, raw):
+    from tests.tasks import echo
+
+    hostile = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    task_id = echo.enqueue(hostile, note=hostile).id
+    raw.sadd("threadmill:{default}:queues", "evil")
+    for url in ["/threadmill/", "/threadmill/default/default/ready/", f"/threadmill/default/task/{task_id}/"]:
+        html = operator_client.get(url).content.decode()
+        assert "<img src=x" not in html and '<script>alert("x")' not in html, url
+    assert "&lt;img src=x onerror=alert(1)&gt;" in operator_client.get(f"/threadmill/default/task/{task_id}/").content.decode()
+
+
+def test_a_large_value_is_collapsed(operator_client, backend):
+    from tests.tasks import echo
+
+    task_id = echo.enqueue("x" * 5000).id
+    html = operator_client.get(f"/threadmill/default/task/{task_id}/").content.decode()
+    assert "characters; show all" in html
+
+
+def test_a_garbled_task_hash_never_breaks_the_table(operator_client, seeded, raw):
+    raw.hset(TASK_KEY + seeded["successful"], "data", b"\x00\xff")
+    raw.delete("threadmill:{default}:result:" + seeded["successful"])
+    response = operator_client.get("/threadmill/default/default/successful/")
+    assert response.status_code == 200
+    assert "unreadable" in response.content.decode()
+
+
+def test_the_workers_page_shows_the_snapshots_heard_on_the_telemetry_channel(operator_client, raw):
+    import json
+    import time
+
+    from threadmill import api
+
+    api.hub().start()
+    snapshot = {"type": "worker", "state": "running", "host": "h<b>1</b>", "pid": 4242, "queues": ["default"],
+                "threads": 4, "busy_threads": 3, "buffer_fill": 2, "buffer_size": 16, "tasks_done": 99,
+                "tasks_per_minute": 12.5, "cpu_percent": 7.0, "rss_bytes": 50_000_000, "started_at": time.time() - 90}  # fmt: skip
+    deadline = time.monotonic() + 10
+    while not any(w.pid == 4242 for w in api.hub().workers()):
+        assert time.monotonic() < deadline, "the hub never heard the snapshot"
+        raw.publish("threadmill:{default}:telemetry", json.dumps(snapshot))
+        time.sleep(0.05)
+    html = operator_client.get("/threadmill/workers/").content.decode()
+    assert 'data-pid="4242" data-state="live"' in html
+    assert "3 / 4" in html and "h&lt;b&gt;1&lt;/b&gt;" in html
+    raw.publish("threadmill:{default}:telemetry", json.dumps({**snapshot, "state": "stopped"}))
+    deadline = time.monotonic() + 10
+    while next(w for w in api.hub().workers() if w.pid == 4242).state != "stopped":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert 'data-state="stopped"' in operator_client.get("/threadmill/workers/").content.decode()
+
+
+def test_a_worker_silent_for_three_intervals_is_lost():
+    from threadmill import api
+
+    hub = api.TelemetryHub()
+    hub.record("default", '{"type":"worker","state":"running","host":"h","pid":1}', now=100.0)
+    assert [w.state for w in hub.workers(now=105.0)] == ["live"]
+    assert [w.state for w in hub.workers(now=107.0)] == ["lost"]
+    hub.stop()
+
+
+def test_the_status_line_says_why_nothing_runs(seeded, monkeypatch):
+    from threadmill import api
+
+    monkeypatch.setattr(api.hub(), "started_at", 1.0)
+    rows = {s.queue_name: s for s in api.overview()}
+    assert rows["default"].status == "No live workers for this queue."
+    assert rows["default"].status_level == "bad"
