@@ -1,0 +1,133 @@
+"""The console's websocket through channels' WebsocketCommunicator, against the real server's pub/sub."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHANNEL = "threadmill:{default}:telemetry"
+
+
+def _application():
+    from inspector.site.asgi import application
+
+    return application
+
+
+async def _session_cookie(user) -> bytes:
+    from django.test import Client
+
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _connect(view: str, cookie: bytes = b"") -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+    if cookie:
+        headers.append((b"cookie", cookie))
+    communicator = WebsocketCommunicator(_application(), f"/threadmill/ws/?view={view}", headers=headers)
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+def _snapshot(pid: int, **extra) -> str:
+    return json.dumps({"type": "worker", "state": "running", "host": "h", "pid": pid, "threads": 2,
+                       "busy_threads": 1, "started_at": time.time(), **extra})  # fmt: skip
+
+
+async def _next(communicator, timeout: float) -> str | None:
+    """Return the next message within `timeout`, else None (a timed-out receive_from would kill the app)."""
+    if await communicator.receive_nothing(timeout=timeout, interval=0.01):
+        return None
+    return await communicator.receive_from()
+
+
+async def _publish_until(raw, communicator, payload: str, needle: str, timeout: float = 10) -> str:
+    """Publish `payload` until a message containing `needle` arrives (the hub may still be subscribing)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await sync_to_async(raw.publish)(CHANNEL, payload)
+        message = await _next(communicator, 0.5)
+        if message and needle in message:
+            return message
+    raise AssertionError(f"no update containing {needle!r} within {timeout} s")
+
+
+async def test_an_anonymous_socket_is_closed_with_4403(db):
+    communicator = await _connect("overview")
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+
+
+async def test_a_non_staff_socket_is_closed_with_4403(db):
+    from django.contrib.auth.models import User
+
+    user = await sync_to_async(User.objects.create_user)("plain", password="pw")
+    communicator = await _connect("overview", await _session_cookie(user))
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+
+
+async def test_a_staff_socket_gets_the_overview_fragment_at_once(operator, seeded):
+    communicator = await _connect("overview", await _session_cookie(operator))
+    message = await communicator.receive_from(timeout=5)
+    assert message.lstrip().startswith('<div id="queues-table" hx-swap-oob="true">')
+    assert 'data-segment="failed">1</a>' in message
+    await communicator.disconnect()
+
+
+async def test_the_workers_table_updates_when_a_snapshot_arrives_and_when_the_worker_stops(operator, raw):
+    communicator = await _connect("workers", await _session_cookie(operator))
+    await communicator.receive_from(timeout=5)
+    message = await _publish_until(raw, communicator, _snapshot(7001), 'data-pid="7001" data-state="live"')
+    assert "1 / 2" in message
+    await _publish_until(raw, communicator, _snapshot(7001, state="stopped"), 'data-pid="7001" data-state="stopped"')
+    await communicator.disconnect()
+
+
+async def test_a_burst_of_telemetry_is_coalesced_to_at_most_four_updates_a_second(operator, raw):
+    communicator = await _connect("overview", await _session_cookie(operator))
+    await communicator.receive_from(timeout=5)
+    await _publish_until(raw, communicator, '{"type":"ingress","queue":"default","count":1}', "queues-table")
+    started = time.monotonic()
+    for _ in range(200):
+        await sync_to_async(raw.publish)(CHANNEL, '{"type":"ingress","queue":"default","count":1}')
+    received = 0
+    while time.monotonic() - started < 1.5 and await _next(communicator, 0.3) is not None:
+        received += 1
+    elapsed = time.monotonic() - started
+    assert 1 <= received <= 4 * elapsed + 1
+    await communicator.disconnect()
+
+
+async def test_a_hidden_tab_gets_no_updates_until_it_is_visible_again(operator, raw):
+    communicator = await _connect("workers", await _session_cookie(operator))
+    await communicator.receive_from(timeout=5)
+    await _publish_until(raw, communicator, _snapshot(7002), 'data-pid="7002"')
+    await communicator.send_to(text_data=json.dumps({"visible": False}))
+    while not await communicator.receive_nothing(timeout=0.3):
+        await communicator.receive_from()
+    for pid in range(7003, 7008):
+        await sync_to_async(raw.publish)(CHANNEL, _snapshot(pid))
+    assert await communicator.receive_nothing(timeout=1.0)
+    await communicator.send_to(text_data=json.dumps({"visible": True}))
+    message = await communicator.receive_from(timeout=5)
+    assert 'data-pid="7007"' in message
+    await communicator.disconnect()
+
+
+async def test_every_socket_of_a_process_shares_one_redis_subscription(operator, raw):
+    cookie = await _session_cookie(operator)
+    sockets = [await _connect("overview", cookie) for _ in range(3)]
+    for communicator in sockets:
+        await communicator.receive_from(timeout=5)
+    (_, subscribers), = await sync_to_async(raw.pubsub_numsub)(CHANNEL)
+    assert subscribers == 1
+    for communicator in sockets:
+        await communicator.disconnect()
