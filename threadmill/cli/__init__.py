@@ -8,4 +8,5 @@ A subcommand module defines `HELP` (one line), `add_arguments(parser)` and
 #: Subcommand name -> module path, in the order `--help` lists them.
 SUBCOMMANDS: dict[str, str] = {
     "worker": "threadmill.cli.worker",
+    "run": "threadmill.cli.run",
 }

@@ -1,0 +1,174 @@
+"""`manage.py threadmill run`: the whole product on one machine, for a first look or a small site.
+
+Starts the embedded Valkey (unless REDIS_URL is set), migrates the database, creates the
+first staff login, enqueues a demo workload, then runs the worker pool and the ASGI server
+(daphne) as child processes and prints the console's URL. Ctrl-C or SIGTERM stops the
+server, lets the workers finish their tasks, then stops Valkey.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from ..embedded import DEFAULT_EMBEDDED_PORT, EmbeddedValkey, redis_url_from_environment
+from ..exceptions import EmbeddedServerError
+
+HELP = "Run the console, a worker pool and (unless REDIS_URL is set) an embedded Valkey, with a demo workload."
+
+#: Seconds the ASGI server may take to listen before the run gives up.
+SERVER_START_TIMEOUT_S = 30.0
+#: Seconds the children may take to finish their tasks on shutdown before a second signal.
+GRACEFUL_STOP_TIMEOUT_S = 10.0
+#: Seconds after the second signal before a child's whole process group is killed.
+HARD_STOP_TIMEOUT_S = 5.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="Interface the console listens on (default: 127.0.0.1).")
+    parser.add_argument("--port", type=int, default=8000, help="Port the console listens on (default: 8000).")
+    parser.add_argument("-w", "--workers", type=int, default=1, help="Worker processes (default: 1).")
+    parser.add_argument("-t", "--threads", type=int, default=4, help="Threads per worker process (default: 4).")
+    parser.add_argument("--no-demo", action="store_true", help="Do not enqueue the demo workload.")
+    parser.add_argument("--no-worker", action="store_true", help="Do not start a worker pool (run one yourself).")
+
+
+def handle(command: BaseCommand, options: dict[str, Any]) -> int:
+    """Start everything, print the URL, and wait for Ctrl-C or SIGTERM; return the exit code."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    valkey = _start_valkey(command)
+    children: list[tuple[str, subprocess.Popen]] = []
+    try:
+        _prepare(command, options)
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
+            "REDIS_URL": settings.TASKS["default"].get("REDIS_URL", ""),
+        }
+        if not options["no_worker"]:
+            children.append(("worker pool", _start_worker(options, env)))
+        children.append(("ASGI server", _start_server(options, env)))
+        _wait_until_listening(options["host"], options["port"], children[-1][1])
+        command.stdout.write(f"Threadmill console: http://{options['host']}:{options['port']}/threadmill/  (Ctrl-C stops)")
+        return _wait(command, stop, children)
+    finally:
+        _stop_children(command, children)
+        if valkey is not None:
+            valkey.stop()
+            command.stdout.write("Embedded Valkey stopped.")
+
+
+def _start_valkey(command: BaseCommand) -> EmbeddedValkey | None:
+    if redis_url_from_environment():
+        command.stdout.write(f"Using the Redis server at REDIS_URL ({os.environ['REDIS_URL']}).")
+        return None
+    data_dir = Path(getattr(settings, "BASE_DIR", Path.cwd())) / "var" / "valkey"
+    try:
+        valkey = EmbeddedValkey(data_dir, DEFAULT_EMBEDDED_PORT).start()
+    except EmbeddedServerError as e:
+        raise CommandError(str(e)) from None
+    command.stdout.write(f"Embedded Valkey listening on {valkey.url} (data in {data_dir}).")
+    return valkey
+
+
+def _prepare(command: BaseCommand, options: dict[str, Any]) -> None:
+    db_path = settings.DATABASES["default"].get("NAME")
+    if isinstance(db_path, str | Path) and str(db_path) != ":memory:":
+        Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    call_command("migrate", interactive=False, verbosity=0)
+    _create_first_staff_user(command)
+    if not options["no_demo"]:
+        from inspector.demo import enqueue_demo_workload
+
+        counts = enqueue_demo_workload()
+        command.stdout.write("Demo workload enqueued: " + ", ".join(f"{n} {kind}" for kind, n in counts.items()) + ".")
+
+
+def _create_first_staff_user(command: BaseCommand) -> None:
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model()
+    if users.objects.filter(is_staff=True).exists():
+        return
+    username = os.environ.get("THREADMILL_ADMIN_USER") or "admin"
+    password = os.environ.get("THREADMILL_ADMIN_PASSWORD")
+    users.objects.create_superuser(username, "", password or (generated := secrets.token_urlsafe(12)))
+    if password:
+        command.stdout.write(f"Created the staff user {username!r} with the password from THREADMILL_ADMIN_PASSWORD.")
+    else:
+        command.stdout.write(f"Created the staff user {username!r} with password {generated!r} (shown once; keep it).")
+
+
+def _manage(*args: str) -> list[str]:
+    return [sys.executable, "-m", "django", *args]
+
+
+def _start_worker(options: dict[str, Any], env: dict[str, str]) -> subprocess.Popen:
+    args = _manage("threadmill", "worker", "-w", str(options["workers"]), "-t", str(options["threads"]), "--log-format", "text")
+    # A session of its own: a terminal's Ctrl-C reaches only this process, which then asks
+    # the pool to stop once (a second signal would make the workers drop their tasks).
+    return subprocess.Popen(args, env=env, start_new_session=True)
+
+
+def _start_server(options: dict[str, Any], env: dict[str, str]) -> subprocess.Popen:
+    module, _, attribute = settings.ASGI_APPLICATION.rpartition(".")
+    args = [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"]), f"{module}:{attribute}"]
+    return subprocess.Popen(args, env=env, start_new_session=True)
+
+
+def _wait_until_listening(host: str, port: int, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise CommandError(f"The ASGI server exited at start (code {server.returncode}); is port {port} free?")
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise CommandError(f"The ASGI server did not listen on {host}:{port} within {SERVER_START_TIMEOUT_S:g} s.")
+
+
+def _wait(command: BaseCommand, stop: threading.Event, children: list[tuple[str, subprocess.Popen]]) -> int:
+    while not stop.wait(0.5):
+        for name, child in children:
+            if child.poll() is not None:
+                command.stderr.write(f"The {name} exited (code {child.returncode}); stopping.")
+                return 1
+    command.stdout.write("Stopping: the workers finish their tasks first.")
+    return 0
+
+
+def _stop_children(command: BaseCommand, children: list[tuple[str, subprocess.Popen]]) -> None:
+    """SIGTERM each child; a second SIGTERM to those still busy (the pool then leaves leases to the reaper); then kill."""
+    for timeout in (GRACEFUL_STOP_TIMEOUT_S, HARD_STOP_TIMEOUT_S, None):
+        running = [(name, child) for name, child in children if child.poll() is None]
+        if not running:
+            return
+        for name, child in running:
+            if timeout is None:
+                command.stderr.write(f"The {name} did not stop; killing it.")
+                os.killpg(child.pid, signal.SIGKILL)
+            else:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + (timeout or HARD_STOP_TIMEOUT_S)
+        for _, child in running:
+            try:
+                child.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
