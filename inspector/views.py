@@ -21,8 +21,15 @@ from .tables import PER_PAGE, segment_table
 
 
 def _partial(request, template_name: str, partial: str) -> str:
-    """Return the template to render: the named partial of it for an htmx request."""
-    return f"{template_name}#{partial}" if request.htmx and not request.htmx.boosted else template_name
+    """Return the template to render: the named partial of it for an htmx request that swaps that partial.
+
+    A boosted link (paging, sorting) that targets the partial gets the partial; a boosted
+    link that replaces the whole body gets the whole page.
+    """
+    htmx = request.htmx
+    if htmx and (not htmx.boosted or htmx.target == partial):
+        return f"{template_name}#{partial}"
+    return template_name
 
 
 def _queue_or_404(alias: str, queue_name: str) -> None:

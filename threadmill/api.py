@@ -45,6 +45,8 @@ __all__ = [
 DEFAULT_TELEMETRY_INTERVAL_S = SNAPSHOT_INTERVAL_S
 #: Snapshot intervals a worker may stay silent before it is shown as lost.
 LOST_AFTER_INTERVALS = 3
+#: Seconds a stopped or lost worker stays listed after it was last heard from.
+FORGET_WORKER_AFTER_S = 3600.0
 #: Most segment entries a filtered view scans; past it, its count is a lower bound.
 FILTER_SCAN_LIMIT = 100_000
 #: Points in a throughput sparkline, one per minute.
@@ -370,6 +372,8 @@ class TelemetryHub:
         self.start()
         now = time.time() if now is None else now
         with self._lock:
+            for key in [k for k, w in self._workers.items() if now - w.last_seen > FORGET_WORKER_AFTER_S]:
+                del self._workers[key]
             snapshots = list(self._workers.values())
         for snapshot in snapshots:
             if snapshot.stopped:

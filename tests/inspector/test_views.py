@@ -69,6 +69,14 @@ def test_the_failed_table_shows_the_error_class(operator_client, seeded):
     assert "builtins.RuntimeError" in html
 
 
+def test_a_boosted_page_link_aimed_at_the_table_gets_only_the_table(operator_client, seeded):
+    headers = {"HX-Request": "true", "HX-Boosted": "true", "HX-Target": "tasks-table"}
+    html = operator_client.get("/threadmill/default/default/ready/?page=1", headers=headers).content.decode()
+    assert html.lstrip().startswith('<div id="tasks-table"')
+    whole = operator_client.get("/threadmill/default/default/ready/", headers={"HX-Request": "true", "HX-Boosted": "true"})
+    assert "<html" in whole.content.decode()
+
+
 def test_pages_of_a_segment_hold_fifty_rows_and_the_total(operator_client, backend):
     from tests.tasks import echo
 

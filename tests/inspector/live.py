@@ -1,0 +1,105 @@
+"""A live console for browser tests and benchmarks: daphne and workers as real processes.
+
+The site runs with the test settings against the session's Valkey and a throwaway SQLite
+file, so the browser, the server and the workers share one Redis and one user table.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Seconds a process may take to start listening.
+START_TIMEOUT_S = 30.0
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_SETUP = """
+import django
+django.setup()
+from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
+call_command("migrate", interactive=False, verbosity=0)
+User.objects.create_superuser("admin", "", "admin-pw")
+viewer = User.objects.create_user("viewer", password="viewer-pw", is_staff=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LiveConsole:
+    """A running daphne serving the site, and any worker pools started beside it."""
+
+    url: str
+    env: dict[str, str]
+    server: subprocess.Popen
+    workers: list[subprocess.Popen] = field(default_factory=list)
+
+    def start_worker(self, *args: str) -> subprocess.Popen:
+        """Start `manage.py threadmill worker` (one process, two threads unless told otherwise)."""
+        command = [sys.executable, "-m", "django", "threadmill", "worker", "-w", "1", "-t", "2", "--log-format", "text", *args]
+        worker = subprocess.Popen(command, env=self.env, cwd=ROOT, start_new_session=True, stderr=subprocess.DEVNULL)
+        self.workers.append(worker)
+        return worker
+
+    def stop_worker(self, worker: subprocess.Popen, timeout: float = 20.0) -> int:
+        """SIGTERM a worker pool (it finishes its tasks) and return its exit code."""
+        worker.send_signal(signal.SIGTERM)
+        try:
+            return worker.wait(timeout)
+        finally:
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            if worker.poll() is None:
+                self.stop_worker(worker)
+        self.server.send_signal(signal.SIGTERM)
+        try:
+            self.server.wait(10)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
+            self.server.wait()
+
+
+def start_live_console(redis_url: str) -> LiveConsole:
+    """Migrate a fresh database, create the `admin` and `viewer` users, and start daphne on a free port."""
+    data_dir = tempfile.mkdtemp(prefix="threadmill-live-")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "THREADMILL_TEST_REDIS_URL": redis_url,
+        "THREADMILL_TEST_DB": str(Path(data_dir) / "db.sqlite3"),
+        "PYTHONPATH": str(ROOT),
+    }
+    subprocess.run([sys.executable, "-c", _SETUP], env=env, cwd=ROOT, check=True)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "inspector.site.asgi:application"],
+        env=env, cwd=ROOT, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"daphne did not start on port {port} (exit code {server.poll()}).") from None
+            time.sleep(0.05)
+    return LiveConsole(f"http://127.0.0.1:{port}", env, server)

@@ -1,0 +1,195 @@
+"""End to end in real Chromium: log in, page, requeue, purge, watch workers, and hostile payloads stay text.
+
+The console runs in daphne and the workers as `manage.py threadmill worker` processes, all
+on the session's Valkey. Each test saves a screenshot of the page it proves under docs/images/.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.inspector.live import ROOT, start_live_console
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]  # fmt: skip
+IMAGES = ROOT / "docs" / "images"
+#: Milliseconds Playwright waits for a page to show what a test expects.
+WAIT_MS = 15_000
+
+if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+    pytest.fail(f"{CHROMIUM} is missing; install it with `apt-get install -y chromium` (the README's test command does).", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def live(redis_url):
+    console = start_live_console(redis_url)
+    yield console
+    console.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, live):
+    context = browser.new_context(base_url=live.url, viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.csp_violations = []
+    page.on("console", lambda message: "Content Security Policy" in message.text and page.csp_violations.append(message.text))
+    yield page
+    context.close()
+
+
+def log_in(page, path: str = "/threadmill/", username: str = "admin", password: str = "admin-pw") -> None:
+    page.goto(path)
+    assert "/admin/login/" in page.url
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_url(re.compile(re.escape(path) + "$|" + re.escape(path) + r"\?"))
+
+
+def shot(page, name: str) -> None:
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(IMAGES / f"{name}.png"), full_page=True)
+
+
+def fail_task(backend, result, message: str) -> None:
+    from threadmill.outcome import error_of, mark_failed
+
+    mark_failed(result, error_of(ValueError(message)), datetime.now(UTC))
+    assert backend.acknowledge(result)
+
+
+def test_log_in_and_page_through_a_queue_with_htmx_swapping_only_the_table(page, live, backend):
+    from tests.tasks import echo, send_email
+
+    ids = [echo.enqueue(i, note=f"row {i}").id for i in range(120)]
+    for address in ("ada@example.com", "grace@example.com"):
+        send_email.enqueue(address)
+    log_in(page)
+    expect_text(page, 'tr[data-queue="default"] a[data-segment="ready"]', "120")
+    shot(page, "queue_list")
+    page.click('tr[data-queue="default"] a[data-segment="ready"]')
+    expect_text(page, "#tasks-table .total", "120 tasks · page 1 of 3")
+    page.evaluate("window.stillTheSamePage = true")
+    page.click("#tasks-table ul.pagination li.next a")
+    expect_text(page, "#tasks-table .total", "page 2 of 3")
+    assert "page=2" in page.url
+    assert page.evaluate("window.stillTheSamePage") is True  # htmx swapped the table; no navigation
+    assert page.locator("header.top").count() == 1 and page.locator("#tasks-table").count() == 1
+    assert page.locator(f"a:text-is('{ids[50]}')").count() == 1
+    assert page.locator(f"a:text-is('{ids[0]}')").count() == 0
+    shot(page, "task_list")
+    assert page.csp_violations == []
+
+
+def test_requeue_a_stuck_running_task_and_see_it_complete(page, live, backend):
+    from tests.tasks import echo
+
+    stuck = echo.enqueue("stuck").id
+    (leased,) = backend.acquire("default", worker="ghost:1")  # a worker that died holding it
+    assert leased.id == stuck
+    worker = live.start_worker()
+    log_in(page, "/threadmill/default/default/running/")
+    page.check(f"input[name=ids][value='{stuck}']")
+    page.click("button:text('Requeue selected…')")
+    expect_text(page, "#confirm-count", "1 task")
+    shot(page, "action_confirm")
+    page.click("button[name=confirmed]")
+    expect_text(page, ".messages", "Requeued 1 task.")
+    page.goto(f"/threadmill/default/task/{stuck}/")
+    expect_text(page, "#task-state", "SUCCESSFUL")  # the detail page polls its status partial
+    shot(page, "task_detail")
+    assert live.stop_worker(worker) == 0
+
+
+def test_purge_asks_for_the_queue_name_typed(page, live, backend):
+    from tests.tasks import explode
+
+    for i in range(3):
+        explode.enqueue(f"failure <b>{i}</b>")
+    for result in backend.acquire("default", count=3, worker="ghost:2"):
+        fail_task(backend, result, f"failure {result.args[0]}")
+    log_in(page, "/threadmill/default/default/failed/")
+    expect_text(page, "#tasks-table .total", "3 tasks")
+    page.click("a:text('Purge failed…')")
+    expect_text(page, "#confirm-count", "3 tasks")
+    page.fill("input[name=confirm]", "defualt")
+    page.click("button:text('Purge')")
+    expect_text(page, "#form-errors", "Type the queue name, default, exactly to purge it.")
+    shot(page, "purge_confirm")
+    page.fill("input[name=confirm]", "default")
+    page.click("button:text('Purge')")
+    expect_text(page, ".messages", "Purged 3 tasks from default failed.")
+    expect_text(page, "#tasks-table .total", "0 tasks")
+    page.goto("/threadmill/audit/")
+    expect_text(page, "#audit-table tbody tr:first-child", "Purge")
+    shot(page, "audit_list")
+
+
+def test_the_workers_table_changes_as_a_worker_starts_and_stops(page, live):
+    log_in(page, "/threadmill/workers/")
+    known = {row.get_attribute("data-pid") for row in page.locator("tr.worker").all()}
+    worker = live.start_worker()
+    new_row = page.locator("tr.worker[data-state=live]" + "".join(f":not([data-pid='{pid}'])" for pid in known)).first
+    new_row.wait_for()
+    pid = new_row.get_attribute("data-pid")
+    shot(page, "worker_list")
+    assert live.stop_worker(worker) == 0
+    page.locator(f"tr.worker[data-pid='{pid}'][data-state=stopped]").wait_for()
+
+
+def test_script_and_img_onerror_payloads_in_args_execute_nothing(page, live, backend, raw):
+    from tests.tasks import echo
+
+    payloads = ["<script>window.pwned = 1; alert('script')</script>", "<img src=x onerror=\"window.pwned = 2; alert('img')\">"]
+    task_id = echo.enqueue(payloads[0], note=payloads[1]).id
+    unreadable = echo.enqueue("x").id
+    raw.hset(f"threadmill:{{default}}:task:{unreadable}", "data", payloads[1] + payloads[0])
+    assert backend.acquire("default", count=2, worker="ghost:3") != []
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    log_in(page, "/threadmill/default/default/running/")
+    page.get_by_text("window.pwned = 1", exact=False).first.wait_for()
+    for path in ["/threadmill/default/default/running/", f"/threadmill/default/task/{task_id}/",
+                 "/threadmill/default/default/unreadable/", f"/threadmill/default/task/{unreadable}/"]:  # fmt: skip
+        page.goto(path)
+        page.wait_for_load_state("load")
+        assert page.evaluate("window.pwned") is None, path
+        assert page.locator("main img").count() == 0, path
+    expect_text(page, "#raw-payload", "<img src=x onerror=")
+    shot(page, "task_detail_unreadable")
+    assert dialogs == []
+
+
+def expect_text(page, selector: str, text: str) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.locator(selector).first).to_contain_text(text, timeout=WAIT_MS)
+
+
+def test_screenshots_of_every_page_exist():
+    # Runs last in this module: the tests above each saved the page they proved.
+    names = {"queue_list", "task_list", "task_detail", "action_confirm", "purge_confirm", "audit_list", "worker_list",
+             "task_detail_unreadable"}  # fmt: skip
+    missing = sorted(name for name in names if not (IMAGES / f"{name}.png").exists())
+    assert not missing, f"missing screenshots: {missing}"
+
+
