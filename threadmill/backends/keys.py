@@ -6,7 +6,7 @@ each Lua script touches one shard. See the README's "Data model" for the layout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .base import Segment
 
@@ -19,10 +19,10 @@ class KeySchema:
     """Builds every key and channel name of one backend alias."""
 
     alias: str
+    prefix: str = field(init=False)
 
-    @property
-    def prefix(self) -> str:
-        return f"threadmill:{{{self.alias}}}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix", f"threadmill:{{{self.alias}}}")
 
     def task(self, task_id: str) -> str:
         """Hash: `data`, `queue`, `segment`, `score`, `started_at` and the lease fields."""
@@ -34,7 +34,7 @@ class KeySchema:
 
     def segment(self, queue_name: str, segment: Segment | str) -> str:
         """Sorted set of task ids in one segment of a queue."""
-        return f"{self.prefix}:{queue_name}:{Segment(segment).value}"
+        return f"{self.prefix}:{queue_name}:{segment}"
 
     def queues(self) -> str:
         """Set of every queue name a task was ever enqueued on."""

@@ -23,6 +23,7 @@ from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
+from django.utils.json import normalize_json
 
 from ..exceptions import BackendConnectionError, UnreadableTaskError
 from . import codec
@@ -99,6 +100,7 @@ class RedisTaskBackend(BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
+        args, kwargs = normalize_json(args), normalize_json(kwargs)
         task_id = codec.new_task_id()
         now = time.time()
         payload = codec.encode_new(task, task_id, args, kwargs, now)

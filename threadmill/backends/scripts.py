@@ -7,6 +7,9 @@ reply as it comes (bytes). Driver errors become `BackendConnectionError` here.
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import threading
 from collections.abc import Sequence
 from importlib.resources import files
 from typing import Any
@@ -46,12 +49,30 @@ def translate_errors(method):
     return wrapper
 
 
+class LuaScript:
+    """A script's source and its SHA1, the name EVALSHA calls it by."""
+
+    __slots__ = ("sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+
 class RedisScripts:
-    """The backend's Lua scripts, registered once on a client."""
+    """The backend's Lua scripts, called over one connection per thread.
+
+    Each call goes straight to a connection taken from the client's pool (kept per
+    thread and per process), not through redis-py's command layer: measured, that
+    layer cost about 57 us of CPU per call against 15 us for sending and reading
+    directly, and the worker makes one or two calls per batch of tasks.
+    """
 
     def __init__(self, client: redis.Redis, keys: KeySchema) -> None:
         self.keys = keys
-        register = client.register_script
+        self.client = client
+        self._local = threading.local()
+        register = LuaScript
         self._enqueue = register(_source("enqueue"))
         self._acquire = register(_source("acquire"))
         self._acknowledge = register(_source("acknowledge"))
@@ -65,6 +86,27 @@ class RedisScripts:
         self._peek_matching = register(_source("peek_matching"))
         self._requeue_many = register(_source("requeue_many"))
 
+    def _connection(self):
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            local.connection = self.client.connection_pool.make_connection()
+            local.pid = os.getpid()
+        return local.connection
+
+    def _run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        connection = self._connection()
+        try:
+            connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return connection.read_response()
+        except redis.exceptions.NoScriptError:
+            connection.send_command("SCRIPT", "LOAD", script.source)
+            connection.read_response()
+            connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return connection.read_response()
+        except (redis.ConnectionError, redis.TimeoutError):
+            connection.disconnect()
+            raise
+
     def segment_keys(self, queue_name: str) -> list[str]:
         """Return the six segment keys of a queue in the scripts' order."""
         return [self.keys.segment(queue_name, segment) for segment in _SEGMENT_ORDER]
@@ -74,9 +116,24 @@ class RedisScripts:
         self, task_id: str, payload: str, queue_name: str, segment: Segment, ready_score: str, score: str, minute: int
     ) -> None:
         k = self.keys
-        self._enqueue(
-            keys=[k.task(task_id), k.segment(queue_name, segment), k.queues(), k.throughput(queue_name, "ingress", minute)],
-            args=[task_id, payload, queue_name, segment.value, ready_score, score, k.telemetry(), THROUGHPUT_COUNTER_TTL_S],
+        self._run(
+            self._enqueue,
+            keys=[
+                k.task(task_id),
+                k.segment(queue_name, segment),
+                k.queues(),
+                k.throughput(queue_name, "ingress", minute),
+            ],
+            args=[
+                task_id,
+                payload,
+                queue_name,
+                segment.value,
+                ready_score,
+                score,
+                k.telemetry(),
+                THROUGHPUT_COUNTER_TTL_S,
+            ],
         )
 
     @translate_errors
@@ -85,10 +142,12 @@ class RedisScripts:
         keys = [k.segment(q, Segment.READY) for q in queue_names]
         keys += [k.segment(q, Segment.RUNNING) for q in queue_names]
         keys.append(k.task_prefix())
-        return self._acquire(keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base])
+        return self._run(self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base])
 
     @translate_errors
-    def acknowledge(self, entries: Sequence[tuple[str, str, str, str, Segment]], result_ttl: float, minute: int) -> list:
+    def acknowledge(
+        self, entries: Sequence[tuple[str, str, str, str, Segment]], result_ttl: float, minute: int
+    ) -> list:
         """Acknowledge (task id, queue, lease token, document, finished segment) entries; 1 or 0 each."""
         k = self.keys
         keys: list[str] = []
@@ -102,7 +161,7 @@ class RedisScripts:
                 k.throughput(queue_name, "egress", minute),
             ]
             args += [token, document, segment.value, queue_name]
-        return self._acknowledge(keys=keys, args=args)
+        return self._run(self._acknowledge, keys=keys, args=args)
 
     @translate_errors
     def requeue(
@@ -110,7 +169,8 @@ class RedisScripts:
     ) -> int:
         k = self.keys
         target = "ready" if run_after is None else "deferred"
-        return self._requeue(
+        return self._run(
+            self._requeue,
             keys=[k.task(task_id), k.result(task_id), *self.segment_keys(queue_name)],
             args=[task_id, target, "" if run_after is None else repr(run_after), token, document],
         )
@@ -118,7 +178,8 @@ class RedisScripts:
     @translate_errors
     def quarantine(self, task_id: str, queue_name: str, segment: Segment, error: str, token: str = "") -> int:
         k = self.keys
-        return self._quarantine(
+        return self._run(
+            self._quarantine,
             keys=[k.task(task_id), k.segment(queue_name, segment), k.segment(queue_name, Segment.UNREADABLE)],
             args=[task_id, error, token],
         )
@@ -126,7 +187,8 @@ class RedisScripts:
     @translate_errors
     def promote(self, queue_name: str, batch_size: int) -> int:
         k = self.keys
-        return self._promote(
+        return self._run(
+            self._promote,
             keys=[k.segment(queue_name, Segment.DEFERRED), k.segment(queue_name, Segment.READY), k.task_prefix()],
             args=[batch_size],
         )
@@ -134,7 +196,8 @@ class RedisScripts:
     @translate_errors
     def claim_expired(self, queue_name: str, batch_size: int, claim_window_s: float, token_base: str) -> list:
         k = self.keys
-        return self._claim_expired(
+        return self._run(
+            self._claim_expired,
             keys=[k.segment(queue_name, Segment.RUNNING), k.task_prefix()],
             args=[batch_size, claim_window_s, token_base],
         )
@@ -142,7 +205,8 @@ class RedisScripts:
     @translate_errors
     def purge(self, queue_name: str, segment: Segment, batch_size: int) -> int:
         k = self.keys
-        return self._purge(
+        return self._run(
+            self._purge,
             keys=[k.segment(queue_name, segment), k.task_prefix(), k.result_prefix()],
             args=[batch_size, segment.value],
         )
@@ -150,23 +214,31 @@ class RedisScripts:
     @translate_errors
     def delete(self, task_ids: Sequence[str]) -> int:
         k = self.keys
-        return self._delete(keys=[k.task_prefix(), k.result_prefix(), f"{k.prefix}:"], args=list(task_ids))
+        return self._run(self._delete, keys=[k.task_prefix(), k.result_prefix(), f"{k.prefix}:"], args=list(task_ids))
 
     @translate_errors
     def peek(self, queue_name: str, segment: Segment, offset: int, count: int, newest_first: bool) -> list:
         k = self.keys
-        return self._peek(
+        return self._run(
+            self._peek,
             keys=[k.segment(queue_name, segment), k.task_prefix(), k.result_prefix()],
             args=[offset, count, "1" if newest_first else "0"],
         )
 
     @translate_errors
     def peek_matching(
-        self, queue_name: str, segment: Segment, offset: int, count: int, newest_first: bool, scan_limit: int,
+        self,
+        queue_name: str,
+        segment: Segment,
+        offset: int,
+        count: int,
+        newest_first: bool,
+        scan_limit: int,
         needles: Sequence[str],
     ) -> list:
         k = self.keys
-        return self._peek_matching(
+        return self._run(
+            self._peek_matching,
             keys=[k.segment(queue_name, segment), k.task_prefix(), k.result_prefix()],
             args=[offset, count, "1" if newest_first else "0", scan_limit, *needles],
         )
@@ -175,8 +247,14 @@ class RedisScripts:
     def requeue_many(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
         """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""
         k = self.keys
-        reply = self._requeue_many(
-            keys=[k.task_prefix(), k.result_prefix(), k.segment(queue_name, Segment.READY), k.segment(queue_name, segment)],
+        reply = self._run(
+            self._requeue_many,
+            keys=[
+                k.task_prefix(),
+                k.result_prefix(),
+                k.segment(queue_name, Segment.READY),
+                k.segment(queue_name, segment),
+            ],
             args=[segment.value, "ids", *task_ids],
         )
         return [task_id.decode() for task_id in reply[2:]]
@@ -187,8 +265,14 @@ class RedisScripts:
     ) -> tuple[list[str], int]:
         """Requeue the matching tasks of one window of a segment; return (ids moved, next cursor or -1)."""
         k = self.keys
-        reply = self._requeue_many(
-            keys=[k.task_prefix(), k.result_prefix(), k.segment(queue_name, Segment.READY), k.segment(queue_name, segment)],
+        reply = self._run(
+            self._requeue_many,
+            keys=[
+                k.task_prefix(),
+                k.result_prefix(),
+                k.segment(queue_name, Segment.READY),
+                k.segment(queue_name, segment),
+            ],
             args=[segment.value, "scan", cursor, window, "1" if newest_first else "0", *needles],
         )
         return [task_id.decode() for task_id in reply[2:]], int(reply[1])
