@@ -14,6 +14,10 @@ def main() -> None:
         "--peers", default="dramatiq,celery,django-tasks-db,django-tasks-rq",
         help="comma-separated peers to drain beside threadmill (an empty string drains threadmill alone)",
     )
+    parser.add_argument(
+        "--prefetch", default="128",
+        help="comma-separated extra --prefetch-count values to drain threadmill with, as diagnostics (default 128)",
+    )
     args = parser.parse_args()
     if "backend" in args.benchmarks:
         from . import backend
@@ -23,7 +27,8 @@ def main() -> None:
         from . import drain
 
         peers = [p for p in args.peers.split(",") if p]
-        drain.run(depth=args.tasks, repeats=args.repeats or 3, peer_names=peers)
+        extra = [int(c) for c in args.prefetch.split(",") if c]
+        drain.run(depth=args.tasks, repeats=args.repeats or 3, peer_names=peers, extra_prefetch=extra)
 
 
 if __name__ == "__main__":

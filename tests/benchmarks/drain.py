@@ -32,7 +32,7 @@ from threadmill.backends.base import Segment
 from threadmill.backends.keys import KeySchema
 
 from . import peers, report
-from .server import server_cpu_s, server_version, valkey
+from .server import command_stats, server_cpu_s, server_version, valkey
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Seconds between two reads of a queue's finished count.
@@ -94,7 +94,7 @@ class QueueUnderTest:
 
 
 def threadmill_finished(ctx: Context) -> int:
-    return ctx.client.zcard(KeySchema("default").segment("default", Segment.SUCCESSFUL))
+    return ctx.client.zcount(KeySchema("default").segment("default", Segment.SUCCESSFUL), "-inf", "+inf")
 
 
 def dramatiq_finished(ctx: Context) -> int:
@@ -113,7 +113,7 @@ def db_finished(ctx: Context) -> int:
 
 
 def rq_finished(ctx: Context) -> int:
-    return ctx.db(peers.RQ_DB).zcard("rq:finished:default")
+    return ctx.db(peers.RQ_DB).zcount("rq:finished:default", "-inf", "+inf")
 
 
 def db_migrate(ctx: Context, queue: QueueUnderTest) -> None:
@@ -129,7 +129,7 @@ def db_reset(ctx: Context) -> None:
 # -- the queues ---------------------------------------------------------------------------
 
 
-def threadmill_queues(depth: int) -> list[QueueUnderTest]:
+def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderTest]:
     command = ["manage.py", "threadmill", "worker", "--exit-empty", "-w", "1", "-t", "1", "-q", "default"]
     common = {
         "system": "threadmill",
@@ -138,12 +138,22 @@ def threadmill_queues(depth: int) -> list[QueueUnderTest]:
         "settings": "tests.settings",
         "exits_when_drained": True,
     }
-    return [
+    variants = [
         QueueUnderTest(name="threadmill", worker=command, note="default prefetch (4 x threads)", **common),
         QueueUnderTest(
             name="threadmill --prefetch-count 1", worker=[*command, "--prefetch-count", "1"], note="no batching", **common
         ),
     ]
+    for count in extra_prefetch:
+        variants.append(
+            QueueUnderTest(
+                name=f"threadmill --prefetch-count {count}",
+                worker=[*command, "--prefetch-count", str(count)],
+                note="diagnostic: the peers' read-ahead" if count == PEER_PREFETCH else "diagnostic",
+                **common,
+            )
+        )
+    return variants
 
 
 def peer_queues(depth: int, names: list[str]) -> list[QueueUnderTest]:
@@ -243,6 +253,7 @@ def drain_once(ctx: Context, queue: QueueUnderTest, timeout: float) -> dict[str,
     enqueue = [sys.executable, "-m", "tests.benchmarks.enqueue", queue.system, str(queue.depth)]
     subprocess.run(enqueue, cwd=ROOT, env=env, check=True)
     log_path = ctx.scratch / f"{queue.name.replace(' ', '_')}.log"
+    ctx.client.config_resetstat()
     cpu_before = children_cpu_s()
     with open(log_path, "w") as log:
         started = time.perf_counter()
@@ -263,6 +274,7 @@ def drain_once(ctx: Context, queue: QueueUnderTest, timeout: float) -> dict[str,
                 stop(process)
     if queue.exits_when_drained and process.returncode != 0:
         raise RuntimeError(f"{queue.name} exited with {process.returncode}; see {log_path}")
+    commands = command_stats(ctx.client)
     tasks = last["done"] - first["done"]
     seconds = last["at"] - first["at"]
     worker_cpu_total = children_cpu_s() - cpu_before
@@ -282,6 +294,10 @@ def drain_once(ctx: Context, queue: QueueUnderTest, timeout: float) -> dict[str,
         "first_result_after_s": first["at"] - started,
         "exit_after_last_result_s": exited - last["at"],
         "worker_cpu_total_s": worker_cpu_total,
+        # Whole drain, start to stop, over every task: the server's view of the worker's traffic.
+        "redis_commands_per_task": sum(c["calls"] for c in commands.values()) / queue.depth,
+        "evalsha_per_task": commands.get("evalsha", {"calls": 0})["calls"] / queue.depth,
+        "redis_calls_per_task": {name: round(c["calls"] / queue.depth, 3) for name, c in sorted(commands.items())},
     }
 
 
@@ -315,17 +331,24 @@ def reading(ctx: Context, process: subprocess.Popen, done: int, now: float) -> d
 # -- the run ------------------------------------------------------------------------------
 
 
-def queues_under_test(depth: int, peer_names: list[str]) -> list[QueueUnderTest]:
+def queues_under_test(depth: int, peer_names: list[str], extra_prefetch: list[int]) -> list[QueueUnderTest]:
     """Return threadmill's rows (once its worker command exists) followed by the peers'."""
     if not WORKER_COMMAND.exists():
         print(f"threadmill skipped: {WORKER_COMMAND.relative_to(ROOT)} does not exist yet.", flush=True)
         return peer_queues(depth, peer_names)
-    return threadmill_queues(depth) + peer_queues(depth, peer_names)
+    return threadmill_queues(depth, extra_prefetch) + peer_queues(depth, peer_names)
 
 
-def run(depth: int = DEFAULT_DEPTH, repeats: int = 3, peer_names: list[str] | None = None) -> dict[str, Any]:
+def run(
+    depth: int = DEFAULT_DEPTH,
+    repeats: int = 3,
+    peer_names: list[str] | None = None,
+    extra_prefetch: list[int] | None = None,
+) -> dict[str, Any]:
     """Drain every queue under test `repeats` times, interleaved, and print and write the medians."""
-    queues = queues_under_test(depth, DEFAULT_PEERS if peer_names is None else peer_names)
+    peer_names = DEFAULT_PEERS if peer_names is None else peer_names
+    extra_prefetch = [PEER_PREFETCH] if extra_prefetch is None else extra_prefetch
+    queues = queues_under_test(depth, peer_names, extra_prefetch)
     scratch = Path(tempfile.mkdtemp(prefix="threadmill-drain-"))
     runs: dict[str, list[dict[str, float]]] = {q.name: [] for q in queues}
     with valkey() as server:
@@ -352,7 +375,7 @@ def run(depth: int = DEFAULT_DEPTH, repeats: int = 3, peer_names: list[str] | No
     return figures
 
 
-def summarise(queue: QueueUnderTest, runs: list[dict[str, float]]) -> dict[str, Any]:
+def summarise(queue: QueueUnderTest, runs: list[dict[str, Any]]) -> dict[str, Any]:
     numeric = [k for k, v in runs[0].items() if isinstance(v, float | int)]
     return {
         "depth": queue.depth,
@@ -373,11 +396,11 @@ def print_drain(figures: dict[str, Any]) -> None:
         ratio_cpu = f"{entry['cpu_us_per_task'] / baseline['cpu_us_per_task']:.2f}x" if baseline else "-"
         rows.append([
             name, f"{entry['depth']:,}", f"{entry['tasks_per_s']:,.0f}", rate, f"{entry['cpu_us_per_task']:.0f}",
-            f"{entry['server_cpu_us_per_task']:.0f}", ratio_rate, ratio_cpu,
+            f"{entry['server_cpu_us_per_task']:.0f}", f"{entry['redis_commands_per_task']:.1f}", ratio_rate, ratio_cpu,
         ])  # fmt: skip
     report.print_table(
         f"drain, 1 process x 1 thread, echo task, results stored ({figures['server']}, median of {figures['repeats']})",
         ["queue", "tasks", "tasks/s", "runs tasks/s", "worker us CPU/task", "server us CPU/task",
-         "tasks/s vs threadmill", "CPU vs threadmill"],
+         "Redis cmds/task", "tasks/s vs threadmill", "CPU vs threadmill"],
         rows,
     )  # fmt: skip
