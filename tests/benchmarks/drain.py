@@ -284,8 +284,13 @@ def drain_once(ctx: Context, queue: QueueUnderTest, timeout: float) -> dict[str,
         # A process of the tree exited before the last reading (an --exit-empty worker can
         # beat the poll): count its CPU up to its exit instead, from the reaped rusage.
         window_cpu, cpu_window = worker_cpu_total - sum(first["cpu"].values()), "first result to exit"
+    root = process.pid
+    root_cpu = last["cpu"].get(root, 0.0) - first["cpu"].get(root, 0.0)
     return {
         "tasks_per_s": tasks / seconds,
+        # The process we started (threadmill's supervisor, dramatiq's and celery's main process)
+        # against its descendants (the worker processes that run the tasks).
+        "root_process_cpu_us_per_task": root_cpu / tasks * 1e6 if cpu_window == "first to last result" else None,
         "cpu_us_per_task": window_cpu / tasks * 1e6,
         "cpu_window": cpu_window,
         "server_cpu_us_per_task": (last["server_cpu"] - first["server_cpu"]) / tasks * 1e6,
@@ -376,14 +381,12 @@ def run(
 
 
 def summarise(queue: QueueUnderTest, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    numeric = [k for k, v in runs[0].items() if isinstance(v, float | int)]
-    return {
-        "depth": queue.depth,
-        "worker": " ".join(queue.worker),
-        "note": queue.note,
-        **{key: round(report.median([r[key] for r in runs]), 3) for key in numeric},
-        "runs": runs,
-    }
+    medians = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs if isinstance(r[key], float | int)]
+        if values:
+            medians[key] = round(report.median(values), 3)
+    return {"depth": queue.depth, "worker": " ".join(queue.worker), "note": queue.note, **medians, "runs": runs}
 
 
 def print_drain(figures: dict[str, Any]) -> None:

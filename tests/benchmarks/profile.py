@@ -48,33 +48,53 @@ def frames(stack: str) -> list[str]:
     return [frame.strip() for frame in stack.split(";")]
 
 
+def thread_of(parts: list[str]) -> str:
+    """Return `pid thread` of a stack: py-spy nests a child's frames under its parent's process."""
+    processes = [p for p in parts if p.startswith("process ")]
+    thread = next((p for p in parts if p.startswith("thread (")), "thread ?")
+    pid = processes[-1].split(":", 1)[0] if processes else "process ?"
+    role = "supervisor" if len(processes) == 1 else "worker process"
+    return f"{role} ({pid}) {thread}"
+
+
+def is_startup(parts: list[str]) -> bool:
+    """Return whether a stack is importing modules or setting Django up: fixed cost, not per task."""
+    return any(marker in frame for frame in parts for marker in STARTUP_MARKERS)
+
+
+#: Frames that mark a process's fixed start cost.
+STARTUP_MARKERS = ("_find_and_load", "setup (django/__init__.py", "execute_from_command_line", "create_parser")
+
+
 def summarise(output: Path, depth: int, top: int) -> None:
-    """Print self time by function and inclusive time by threadmill line, in us per task."""
+    """Print samples by thread, then self time by function and inclusive time by threadmill line, in us per task."""
     self_time: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
     threads: collections.Counter[str] = collections.Counter()
-    total = 0
+    total = startup = 0
     for line in output.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        samples = int(count)
-        parts = frames(stack)
+        samples, parts = int(count), frames(stack)
         total += samples
-        threads[parts[1] if len(parts) > 1 and parts[0].startswith("process") else parts[0]] += samples
+        if is_startup(parts):
+            startup += samples
+            continue
+        threads[thread_of(parts)] += samples
         self_time[parts[-1]] += samples
         for frame in set(parts):
             if "threadmill/" in frame and "tests/benchmarks" not in frame:
                 inclusive[frame] += samples
     us = 1e6 / SAMPLE_RATE / depth
-    print(f"\n{total} on-CPU samples at {SAMPLE_RATE} Hz over {depth:,} tasks: {total * us:.0f} us per task")
-    print("\nby thread (us per task):")
-    for name, samples in threads.most_common(top):
-        print(f"  {samples * us:8.1f}  {name}")
-    print("\nself time by function (us per task):")
-    for name, samples in self_time.most_common(top):
-        print(f"  {samples * us:8.1f}  {name}")
-    print("\ninclusive time by threadmill frame (us per task):")
-    for name, samples in inclusive.most_common(top):
-        print(f"  {samples * us:8.1f}  {name}")
+    print(f"\n{total} GIL-holding samples at {SAMPLE_RATE} Hz over {depth:,} tasks: {total * us:.0f} us per task, "
+          f"of which start-up (imports, Django setup) {startup * us:.0f} us")  # fmt: skip
+    for title, counter in (
+        ("by process and thread, start-up excluded", threads),
+        ("self time by function", self_time),
+        ("inclusive time by threadmill frame", inclusive),
+    ):
+        print(f"\n{title} (us per task):")
+        for name, samples in counter.most_common(top):
+            print(f"  {samples * us:8.1f}  {name}")
 
 
 def main() -> None:
