@@ -17,7 +17,7 @@ from typing import Any
 #: Log formats `--log-format` accepts.
 LOG_FORMATS = ("json", "text")
 
-#: The task each consumer thread is running now: `running_task.id` and `.path`, None between tasks.
+#: The task each consumer thread is running now: `running_task.id` and `.task`, None between tasks.
 running_task = threading.local()
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(process)d %(threadName)s%(task)s] %(message)s"
@@ -25,7 +25,8 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str
 
 
 def _task_of_thread() -> tuple[str | None, str | None]:
-    return getattr(running_task, "id", None), getattr(running_task, "path", None)
+    task_id = getattr(running_task, "id", None)
+    return (task_id, running_task.task.module_path) if task_id is not None else (None, None)
 
 
 class JsonFormatter(logging.Formatter):

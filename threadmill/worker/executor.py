@@ -40,13 +40,19 @@ class Executor:
     def __init__(self, sender: type) -> None:
         self.sender = sender
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: True when the thread waited for work since its last task; the next task first closes stale connections.
+        self.idle = True
         self._is_async: dict[Any, bool] = {}
 
     def run(self, result: ThreadmillTaskResult) -> Outcome:
         """Run the task of `result`, record how it ended on `result` and return the outcome."""
         task = result.task
-        running_task.id, running_task.path = result.id, task.module_path
-        close_old_connections()
+        running_task.id, running_task.task = result.id, task
+        if self.idle:
+            # A connection may have gone stale while this thread waited for work. Between
+            # two tasks run back to back, the check after the first one is enough.
+            close_old_connections()
+            self.idle = False
         task_started.send(self.sender, task_result=result)
         try:
             value = normalize_json(self._call(task, result))
@@ -66,7 +72,7 @@ class Executor:
             return Outcome(result, value, None)
         finally:
             close_old_connections()
-            running_task.id = running_task.path = None
+            running_task.id = running_task.task = None
 
     def _call(self, task, result: ThreadmillTaskResult) -> Any:
         args = result.args

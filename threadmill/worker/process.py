@@ -33,6 +33,10 @@ logger = logging.getLogger("threadmill.worker")
 
 #: Longest time a finished task waits in the process for its acknowledgement, seconds.
 ACK_DELAY_S = 0.02
+#: Finished tasks that trigger an acknowledgement before `ACK_DELAY_S` is up. Acknowledging
+#: is decoupled from fetching: one call costs about as much CPU as three echo tasks, and
+#: batching it at 100 instead of at each 4-task fetch saved a third of the CPU per task.
+ACK_BATCH = 100
 
 
 class WorkerProcess:
@@ -46,7 +50,7 @@ class WorkerProcess:
         #: Free slots that trigger a fetch. Refilling at half empty, not at every free slot,
         #: keeps batches large: a fetch costs about as much CPU as running four echo tasks.
         self.refill_at = max(1, self.size // 2)
-        self.ack_batch = max(16, self.size)
+        self.ack_batch = max(ACK_BATCH, self.size)
         self.budget = None if config.max_tasks is None else config.max_tasks + random.randint(0, config.max_tasks_jitter)
         self.buffer: deque[ThreadmillTaskResult] = deque()
         self.outcomes: list[Outcome] = []
@@ -118,16 +122,16 @@ class WorkerProcess:
                 idle = not self.busy and not self.buffer
                 outcomes = self.outcomes
                 if outcomes and (
-                    count or idle or len(outcomes) >= self.ack_batch or now - self._outcomes_since >= ACK_DELAY_S
+                    (idle and not count) or len(outcomes) >= self.ack_batch or now - self._outcomes_since >= ACK_DELAY_S
                 ):
                     self.outcomes = []
                     return outcomes, count
                 if count:
                     return [], count
-                if not self.consumers_alive:
-                    return self._consumers_gone()
                 if idle and self._closed:
                     return None
+                if not self.consumers_alive:
+                    return self._consumers_gone()
                 self._has_work.wait(self._wait_time(now))
 
     def _wanted(self, now: float) -> int:
@@ -215,15 +219,16 @@ class WorkerProcess:
                     if outcome is not None:
                         self._finish(outcome)
                         outcome, running = None, False
-                    while not buffer:
-                        if self._closed:
+                    if not buffer:
+                        if not self._wait_for_tasks():
                             return
-                        self._has_work.notify()
-                        self._has_tasks.wait()
+                        executor.idle = True
                     result = buffer.popleft()
                     self.busy += 1
                     running = True
-                    if self.size - len(buffer) >= self.refill_at:
+                    # Edge-triggered: the fetcher re-checks before it waits, and a wake-up
+                    # per task cost more CPU than the echo task itself.
+                    if self.size - len(buffer) == self.refill_at:
                         self._has_work.notify()
                 outcome = self._run(executor, result)
         finally:
@@ -237,6 +242,15 @@ class WorkerProcess:
                     self.busy -= 1
                 self._has_work.notify()
             executor.close()
+
+    def _wait_for_tasks(self) -> bool:
+        """Wait, holding the lock, until a task is buffered; False once none will come."""
+        while not self.buffer:
+            if self._closed:
+                return False
+            self._has_work.notify()
+            self._has_tasks.wait()
+        return True
 
     def _finish(self, outcome: Outcome) -> None:
         self.busy -= 1
