@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+BENCHMARKS = ("backend", "drain")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
-    parser.add_argument("benchmarks", nargs="*", choices=["backend", "drain"], default=["backend", "drain"])
+    parser.add_argument("benchmarks", nargs="*", metavar="backend|drain", help="which to run (default both)")
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks per measurement (default 20,000)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per figure; the median is reported")
     parser.add_argument(
@@ -19,6 +21,10 @@ def main() -> None:
         help="comma-separated extra --prefetch-count values to drain threadmill with, as diagnostics (default 128)",
     )
     args = parser.parse_args()
+    args.benchmarks = args.benchmarks or list(BENCHMARKS)
+    unknown = set(args.benchmarks) - set(BENCHMARKS)
+    if unknown:
+        parser.error(f"unknown benchmark {', '.join(sorted(unknown))}; choose from {', '.join(BENCHMARKS)}")
     if "backend" in args.benchmarks:
         from . import backend
 
