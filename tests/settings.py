@@ -11,7 +11,8 @@ TASKS = {
         "BACKEND": "threadmill.backends.redis.RedisTaskBackend",
         "REDIS_URL": REDIS_URL,
         "QUEUES": ["default", "emails", "reports"],
-        "OPTIONS": {"lease_ttl": 300, "poll_max_interval": 0.05},
+        # THREADMILL_TEST_LEASE_TTL: a short lease for the worker tests that kill a process.
+        "OPTIONS": {"lease_ttl": float(os.environ.get("THREADMILL_TEST_LEASE_TTL", 300)), "poll_max_interval": 0.05},
     }
 }
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

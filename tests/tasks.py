@@ -52,3 +52,59 @@ def attempt_number(context):
 @task
 async def async_echo(value=None):
     return value
+
+
+# -- worker tests ---------------------------------------------------------------------
+
+_runs_client = None
+
+
+def _runs():
+    global _runs_client
+    if _runs_client is None:
+        import os
+
+        import redis
+
+        _runs_client = redis.Redis.from_url(os.environ["THREADMILL_TEST_REDIS_URL"])
+    return _runs_client
+
+
+@task
+def sleep_for(seconds=0.0):
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+@task(
+    retry=ExponentialBackoff(
+        base_delay=0.05, max_retries=3, expected_exceptions=("threadmill.exceptions.AcknowledgementTimeout",), jitter=0
+    )
+)
+def counted(key, seconds=0.0):
+    """Count each run of `key` in the test server's `test:runs` hash, then sleep."""
+    import time
+
+    _runs().hincrby("test:runs", key, 1)
+    time.sleep(seconds)
+    return key
+
+
+@task
+async def event_loop_id():
+    import asyncio
+
+    await asyncio.sleep(0)
+    return id(asyncio.get_running_loop())
+
+
+@task(takes_context=True)
+async def async_attempt(context, value=None):
+    return [context.attempt, value]
+
+
+@task
+def stop_consumer():
+    raise SystemExit(3)

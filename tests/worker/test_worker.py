@@ -1,0 +1,285 @@
+"""The worker pool as real processes against the real server: drain, order, shutdown, crashes, retries."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections import Counter
+
+import pytest
+import redis
+from django.tasks import TaskResultStatus
+
+from tests import tasks
+from tests.worker.conftest import run_worker, segment_counts, wait_until, worker_env
+from threadmill.backends.base import Segment
+
+pytestmark = pytest.mark.slow
+
+
+def _records(stderr: str) -> list[dict]:
+    return [json.loads(line) for line in stderr.splitlines()]
+
+
+def _by_start(results):
+    return sorted(results, key=lambda r: r.started_at)
+
+
+def test_exit_empty_drains_every_task_and_exits_zero(backend):
+    echoes = [tasks.echo.enqueue(i) for i in range(40)]
+    sums = [tasks.add.enqueue(i, 1) for i in range(10)]
+    failure = tasks.explode.enqueue("kaput")
+
+    done = run_worker("-w", "2", "-t", "2", "--exit-empty")
+
+    assert done.returncode == 0, done.stderr
+    assert [backend.get_result(r.id).return_value for r in echoes] == list(range(40))
+    assert [backend.get_result(r.id).return_value for r in sums] == list(range(1, 11))
+    failed = backend.get_result(failure.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[-1].exception_class_path == "builtins.RuntimeError"
+    assert "RuntimeError: kaput" in failed.errors[-1].traceback
+    counts = segment_counts(backend)
+    assert (counts[Segment.READY], counts[Segment.RUNNING], counts[Segment.SUCCESSFUL]) == (0, 0, 50)
+
+
+def test_exit_empty_on_empty_queues_exits_without_waiting_for_a_poll():
+    done = run_worker("-w", "1", "--exit-empty")
+
+    assert done.returncode == 0, done.stderr
+    exit_line = next(r for r in _records(done.stderr) if "exits with code 0" in r["message"])
+    seconds = float(exit_line["message"].split(" in ")[1].split(" s")[0])
+    assert seconds < 0.5, exit_line
+
+
+def test_log_lines_are_json_with_the_process_thread_and_task(backend):
+    failure = tasks.explode.enqueue()
+
+    done = run_worker("-w", "1", "--exit-empty")
+
+    error = next(r for r in _records(done.stderr) if r["logger"] == "django.tasks")
+    assert error["level"] == "ERROR"
+    assert (error["task_id"], error["task_path"], error["thread"]) == (failure.id, "tests.tasks.explode", "consumer-1")
+    assert "RuntimeError: boom" in error["traceback"]
+    assert backend.get_result(failure.id).worker_ids == [f"{os.uname().nodename}:{error['process']}"]
+
+
+def test_higher_priority_runs_first(backend):
+    low = [tasks.echo.enqueue(i) for i in range(4)]
+    high = [tasks.urgent.enqueue(i) for i in range(4)]
+
+    assert run_worker("-w", "1", "-t", "1", "-q", "default", "--exit-empty").returncode == 0
+
+    order = [r.id for r in _by_start(backend.get_result(r.id) for r in low + high)]
+    assert order == [r.id for r in high + low]
+
+
+def test_queues_take_turns_one_task_at_a_time(backend):
+    defaults = [tasks.echo.enqueue(i) for i in range(4)]
+    emails = [tasks.send_email.enqueue(f"{i}@example.com") for i in range(4)]
+
+    assert run_worker("-w", "1", "-q", "default,emails", "--prefetch-count", "1", "--exit-empty").returncode == 0
+
+    queues = [r.task.queue_name for r in _by_start(backend.get_result(r.id) for r in defaults + emails)]
+    assert queues in (["default", "emails"] * 4, ["emails", "default"] * 4)
+
+
+def _workload():
+    return (
+        [tasks.echo.enqueue(i) for i in range(12)]
+        + [tasks.add.enqueue(i, i) for i in range(6)]
+        + [tasks.explode.enqueue(str(i)) for i in range(3)]
+        + [tasks.attempt_number.enqueue() for _ in range(3)]
+    )
+
+
+def _outcomes(backend, results):
+    outcomes = Counter()
+    for result in results:
+        stored = backend.get_result(result.id)
+        value = stored.return_value if stored.status == TaskResultStatus.SUCCESSFUL else None
+        errors = tuple(e.exception_class_path for e in stored.errors)
+        outcomes[(stored.task.module_path, tuple(stored.args), stored.status, json.dumps(value), errors)] += 1
+    return outcomes
+
+
+def test_prefetch_on_and_off_give_the_same_results(backend):
+    outcomes = []
+    for prefetch in ("1", "0"):
+        results = _workload()
+        assert run_worker("-w", "1", "-t", "2", "--prefetch-count", prefetch, "--exit-empty").returncode == 0
+        outcomes.append(_outcomes(backend, results))
+        backend.client.flushdb()
+    assert outcomes[0] == outcomes[1]
+    assert sum(outcomes[0].values()) == 24
+
+
+def test_sigterm_with_a_full_buffer_finishes_and_acknowledges_every_leased_task(backend, start_worker):
+    results = [tasks.sleep_for.enqueue(0.05) for _ in range(60)]
+    worker = start_worker("-w", "1", "-t", "2", "--prefetch-count", "8", "-q", "default")
+    # Two running and eight buffered: every lease this process holds.
+    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] >= 10, "the buffer is full")
+
+    assert worker.stop(signal.SIGTERM) == 0, worker.output
+
+    counts = segment_counts(backend)
+    assert counts[Segment.RUNNING] == 0
+    assert counts[Segment.SUCCESSFUL] >= 10
+    assert counts[Segment.SUCCESSFUL] + counts[Segment.READY] == len(results)
+    assert "Traceback" not in worker.output
+
+
+def test_a_second_ctrl_c_exits_at_once_leaving_the_leases(backend, start_worker):
+    tasks.sleep_for.enqueue(30)
+    worker = start_worker("-w", "1", "-q", "default")
+    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
+    child = worker.children()[0]
+
+    worker.process.send_signal(signal.SIGINT)
+    os.kill(child, signal.SIGINT)  # What a terminal's Ctrl-C does to the process group.
+    wait_until(lambda: "stopping" in worker.output, "the pool starts a graceful stop")
+    worker.process.send_signal(signal.SIGINT)
+    os.kill(child, signal.SIGINT)
+
+    assert worker.process.wait(10) == 130
+    assert segment_counts(backend)[Segment.RUNNING] == 1
+
+
+def test_kill_9_mid_drain_finishes_every_task_once_or_retries_it(backend, start_worker):
+    results = [tasks.counted.enqueue(str(i), 0.01) for i in range(150)]
+    worker = start_worker("-w", "2", "-t", "2", "-q", "default", env=worker_env(THREADMILL_TEST_LEASE_TTL="1.5"))
+    wait_until(lambda: segment_counts(backend)[Segment.SUCCESSFUL] >= 20, "a drain is under way")
+    victim = worker.children()[0]
+
+    os.kill(victim, signal.SIGKILL)
+
+    wait_until(lambda: segment_counts(backend)[Segment.SUCCESSFUL] == len(results), "every task finished", 90)
+    assert worker.stop() == 0
+    runs = {key.decode(): int(n) for key, n in backend.client.hgetall("test:runs").items()}
+    retried = 0
+    for result in results:
+        stored = backend.get_result(result.id)
+        errors = [e.exception_class_path for e in stored.errors]
+        if stored.attempts == 1:
+            assert (runs[stored.args[0]], errors) == (1, [])
+        else:
+            # Leased by the killed process: it ran there at most once, then once more here.
+            retried += 1
+            assert errors == ["threadmill.exceptions.AcknowledgementTimeout"]
+            assert stored.attempts == 2 and stored.worker_ids[0].endswith(f":{victim}")
+            assert runs.get(stored.args[0], 0) in (1, 2)
+    assert retried > 0
+
+
+def test_recycling_replaces_a_process_after_exactly_max_tasks(backend):
+    results = [tasks.echo.enqueue(i) for i in range(23)]
+
+    done = run_worker("-w", "1", "--max-tasks", "5", "--prefetch-count", "3", "--exit-empty")
+
+    assert done.returncode == 0, done.stderr
+    per_process = Counter(backend.get_result(r.id).worker_ids[0] for r in results)
+    assert sorted(per_process.values()) == [3, 5, 5, 5, 5]
+    assert sum("recycled" in r["message"] for r in _records(done.stderr)) == 4
+
+
+def test_retries_wait_in_deferred_then_run_again(backend, start_worker):
+    result = tasks.flaky.enqueue("again")
+
+    assert run_worker("-w", "1", "--exit-empty").returncode == 0
+
+    waiting = backend.get_result(result.id)
+    assert waiting.segment == Segment.DEFERRED and waiting.status == TaskResultStatus.READY
+    assert [e.exception_class_path for e in waiting.errors] == ["builtins.ValueError"]
+    worker = start_worker("-w", "1")
+    final = wait_until(
+        lambda: (r := backend.get_result(result.id)).status == TaskResultStatus.FAILED and r,
+        "the retries are used up",
+    )
+    assert worker.stop() == 0
+    assert [e.exception_class_path for e in final.errors] == ["builtins.ValueError"] * 3
+    assert final.attempts == 3
+
+
+def test_async_and_context_tasks_run_on_one_loop_per_thread(backend):
+    loops = [tasks.event_loop_id.enqueue() for _ in range(3)]
+    attempt = tasks.async_attempt.enqueue("x")
+    sync_attempt = tasks.attempt_number.enqueue()
+    echo = tasks.async_echo.enqueue({"a": [1, 2]})
+
+    assert run_worker("-w", "1", "-t", "1", "--exit-empty").returncode == 0
+
+    assert len({backend.get_result(r.id).return_value for r in loops}) == 1
+    assert backend.get_result(attempt.id).return_value == [1, "x"]
+    assert backend.get_result(sync_attempt.id).return_value == 1
+    assert backend.get_result(echo.id).return_value == {"a": [1, 2]}
+
+
+def test_a_fetch_failure_exits_the_process_and_the_supervisor_respawns_it(backend, start_worker):
+    ready = backend.keys.segment("default", Segment.READY)
+    backend.client.set(ready, "not a sorted set")
+    worker = start_worker("-w", "1", "-q", "default")
+    wait_until(lambda: worker.output.count("exited with code 1") >= 2, "the process failed twice")
+    failures = [r for r in worker.records() if r["message"].startswith("Fetching tasks from queues default failed")]
+    assert len({r["process"] for r in failures}) >= 2
+    assert all("WRONGTYPE" in r["traceback"] for r in failures)
+
+    backend.client.delete(ready)
+    result = tasks.echo.enqueue("back")
+    wait_until(lambda: backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL, "a respawned process runs it")
+    assert worker.stop() == 0
+
+
+def test_a_process_whose_consumers_died_is_replaced(backend, start_worker):
+    tasks.stop_consumer.enqueue()
+    worker = start_worker("-w", "1", "-t", "1", "-q", "default")
+    wait_until(lambda: "Every consumer thread" in worker.output, "the consumer died")
+    result = tasks.echo.enqueue("after")
+
+    wait_until(lambda: backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL, "a new process runs it")
+    assert worker.stop() == 0
+
+
+def test_telemetry_publishes_a_final_stopped_snapshot(backend):
+    pubsub = redis.Redis.from_url(backend.redis_url).pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(backend.keys.telemetry())
+    for i in range(5):
+        tasks.echo.enqueue(i)
+
+    assert run_worker("-w", "1", "-t", "2", "--exit-empty").returncode == 0
+
+    snapshots = []
+
+    def stopped():
+        # None also stands for the subscription's confirmation, so read until the final snapshot.
+        message = pubsub.get_message(timeout=0.1)
+        if message is not None and (data := json.loads(message["data"]))["type"] == "worker":
+            snapshots.append(data)
+        return snapshots and snapshots[-1]["state"] == "stopped"
+
+    wait_until(stopped, "the stopped snapshot arrives", 10)
+    assert snapshots[-1]["tasks_done"] == 5
+    assert snapshots[-1]["threads"] == 2 and snapshots[-1]["busy_threads"] == 0
+    assert set(snapshots[-1]) >= {
+        "host", "pid", "queues", "buffer_fill", "buffer_size", "tasks_per_minute", "cpu_percent", "rss_bytes", "started_at",
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-w", "0"], "argument -w/--workers: must be a whole number of at least 1, not '0'"),
+        (["--prefetch-count", "-1"], "argument --prefetch-count: must be a whole number of at least 0, not '-1'"),
+        (["--threads", "many"], "argument -t/--threads: must be a whole number of at least 1, not 'many'"),
+        (["--log-format", "xml"], "argument --log-format: invalid choice"),
+        (["-q", "nowhere"], "CommandError: Unknown queue(s) nowhere; backend 'default' has default, emails, reports."),
+        (["-b", "nowhere"], "CommandError: Unknown task backend 'nowhere'; TASKS defines default."),
+        (["--max-tasks-jitter", "3"], "CommandError: --max-tasks-jitter needs --max-tasks."),
+    ],
+)
+def test_a_bad_option_is_a_one_line_error(args, message):
+    done = run_worker(*args)
+
+    assert done.returncode != 0
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert message in done.stderr
