@@ -13,7 +13,6 @@ import signal
 import sys
 import time
 
-from django.db import connections
 from django.tasks import task_backends
 
 from ..backends.redis import default_worker_name
@@ -27,13 +26,21 @@ logger = logging.getLogger("threadmill.worker")
 PARENT_CHECK_INTERVAL_S = 1.0
 
 
+#: The signals that stop a worker process; the supervisor blocks them while it forks.
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
-    """Run one worker process until it drains, stops, recycles or fails; exit with its code."""
+    """Run one worker process until it drains, stops, recycles or fails; exit with its code.
+
+    It starts with SIGTERM and SIGINT blocked (the supervisor forks it so), and unblocks
+    them once its own handlers replace the supervisor's, so a signal is never lost.
+    """
     signal.set_wakeup_fd(-1)
-    connections.close_all()
     backend = task_backends.create_connection(config.backend)
     process = WorkerProcess(backend, config, default_worker_name())
     _install_signal_handlers(process)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     telemetry = TelemetryPublisher(process)
     started = time.process_time(), time.monotonic()
     process.start()

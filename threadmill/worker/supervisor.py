@@ -17,9 +17,11 @@ import signal
 import time
 from multiprocessing.connection import wait
 
+from django.db import connections
+
 from ..backends.redis import RedisBroker
-from .child import run_worker_process
-from .config import EXIT_INTERRUPTED, WorkerConfig
+from .child import STOP_SIGNALS, run_worker_process
+from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, WorkerConfig
 
 logger = logging.getLogger("threadmill.supervisor")
 
@@ -59,7 +61,8 @@ class Supervisor:
         )
         try:
             for slot in range(self.config.processes):
-                self._spawn(slot)
+                if not self.stopping:
+                    self._spawn(slot)
             while self.children or self._respawn_at:
                 self._turn(wake_read)
         finally:
@@ -98,10 +101,17 @@ class Supervisor:
             self._broker_failing = False
 
     def _spawn(self, slot: int) -> None:
+        # A child must not share the supervisor's database sockets, and must not run the
+        # supervisor's signal handlers before it installs its own: both are settled here.
+        connections.close_all()
         process = self._context.Process(
             target=run_worker_process, args=(self.config, os.getpid()), name=f"threadmill-worker-{slot}"
         )
-        process.start()
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         self.children[slot] = (process, time.monotonic())
 
     def _collect(self) -> None:
@@ -116,8 +126,6 @@ class Supervisor:
             self._schedule_respawn(slot, code, lived)
 
     def _schedule_respawn(self, slot: int, code: int | None, lived: float) -> None:
-        from .config import EXIT_RECYCLED
-
         if code == EXIT_RECYCLED:
             logger.info("Worker process %d recycled after its task budget; replacing it.", slot)
             self._respawn_at[slot] = 0.0
