@@ -109,6 +109,9 @@ class WorkerProcess:
                     return
                 if count:
                     self._lease(count)
+        except Exception:
+            logger.exception("The fetcher thread failed; this worker process stops.")
+            self.failed = True
         finally:
             self._abandon()
             self.finished.set()
