@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
@@ -89,7 +93,21 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         verbosity=options["verbosity"],
     )
     configure(config.log_format, config.verbosity)
-    return Supervisor(backend, config).run()
+    code = Supervisor(backend, config).run()
+    if getattr(command, "_called_from_command_line", False):
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """Exit at once, skipping the interpreter's finalisation."""
+    # With the site's apps loaded, finalisation took 0.3 to 0.4 s, which every drain with
+    # --exit-empty paid after its last task. Logs, stdio and connections are closed here.
+    logging.shutdown()
+    connections.close_all()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _backend(alias: str):
