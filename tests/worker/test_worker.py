@@ -65,6 +65,16 @@ def test_log_lines_are_json_with_the_process_thread_and_task(backend):
     assert backend.get_result(failure.id).worker_ids == [f"{os.uname().nodename}:{error['process']}"]
 
 
+def test_text_log_lines_carry_the_process_thread_and_task(backend):
+    failure = tasks.explode.enqueue()
+
+    done = run_worker("-w", "1", "--exit-empty", "--log-format", "text")
+
+    error = next(line for line in done.stderr.splitlines() if " ERROR django.tasks " in line)
+    assert f"consumer-1 task {failure.id} tests.tasks.explode]" in error
+    assert "RuntimeError: boom" in done.stderr
+
+
 def test_higher_priority_runs_first(backend):
     low = [tasks.echo.enqueue(i) for i in range(4)]
     high = [tasks.urgent.enqueue(i) for i in range(4)]
