@@ -73,6 +73,10 @@ class TaskRow:
         return self.lease_deadline is not None and self.lease_deadline.timestamp() < time.time()
 
     @property
+    def css_class(self) -> str:
+        return "overdue" if self.overdue else ("unreadable" if self.unreadable else "")
+
+    @property
     def lease_age_s(self) -> float | None:
         return None if self.lease_started_at is None else max(0.0, time.time() - self.lease_started_at.timestamp())
 
@@ -147,13 +151,11 @@ class SegmentTable(tables.Table):
     id = tables.Column(verbose_name="Id", orderable=False)
     task_path = tables.Column(verbose_name="Task", orderable=False, empty_values=())
     priority = tables.Column(orderable=False)
-    args_preview = tables.Column(verbose_name="Args", orderable=False, attrs={"td": {"class": "args"}})
+    args_preview = tables.Column(verbose_name="Args", orderable=False)
     enqueued_at = tables.Column(verbose_name="Enqueued", order_by=("position",), orderable=True)
 
     class Meta:
-        template_name = "django_tables2/table.html"
-        attrs = {"class": "tasks"}
-        row_attrs = {"class": lambda record: "overdue" if record.overdue else ("unreadable" if record.unreadable else "")}
+        template_name = "inspector/tasks_table.html"
         per_page = PER_PAGE
         orderable = False
         empty_text = "No tasks in this segment."
@@ -230,12 +232,12 @@ class FinishedTable(SegmentTable):
 class UnreadableTable(tables.Table):
     select = tables.CheckBoxColumn(accessor="id", attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}})
     id = tables.Column(verbose_name="Id", orderable=False)
-    preview = tables.Column(verbose_name="Raw payload (preview)", orderable=False, attrs={"td": {"class": "args"}})
+    preview = tables.Column(verbose_name="Raw payload (preview)", orderable=False)
     read_error = tables.Column(verbose_name="Read error", orderable=False)
     enqueued_at = tables.Column(verbose_name="Order", order_by=("position",), empty_values=(), orderable=True)
 
     class Meta(SegmentTable.Meta):
-        row_attrs = {"class": "unreadable"}
+        pass
 
     render_id = SegmentTable.render_id
 
