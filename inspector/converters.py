@@ -18,9 +18,9 @@ class BackendConverter:
 
 
 class QueueConverter:
-    """A queue name's shape; whether the queue exists needs the backend, so the view checks that."""
+    """A queue name's shape (anything but a slash); whether the queue exists needs the backend, so the view checks that."""
 
-    regex = r"[A-Za-z0-9_.:-]{1,200}"
+    regex = r"[^/]{1,200}"
 
     def to_python(self, value: str) -> str:
         return value

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import time
 
+from django.urls import NoReverseMatch, reverse
+
 from threadmill import api
+
+
+def segment_url(alias: str, queue_name: str, segment: api.Segment) -> str | None:
+    """Return a segment's console URL, or None for a queue name no URL can carry (one with a slash)."""
+    try:
+        return reverse("inspector:task_list", args=[alias, queue_name, segment])
+    except NoReverseMatch:
+        return None
 
 
 def sparkline_points(values: list[int], width: int = 120, height: int = 24) -> str:
@@ -22,7 +32,7 @@ def overview_context() -> dict:
     rows = [
         {
             "summary": s,
-            "counts": [(segment, s.counts[segment]) for segment in api.Segment],
+            "counts": [(segment, s.counts[segment], segment_url(s.alias, s.queue_name, segment)) for segment in api.Segment],
             "ingress_points": sparkline_points(s.ingress),
             "egress_points": sparkline_points(s.egress),
         }

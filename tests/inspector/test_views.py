@@ -162,11 +162,15 @@ def test_redis_sourced_text_is_escaped_everywhere(operator_client, backend, raw)
 
     hostile = '<script>alert("x")</script><img src=x onerror=alert(1)>'
     task_id = echo.enqueue(hostile, note=hostile).id
-    raw.sadd("threadmill:{default}:queues", "evil")
+    raw.sadd("threadmill:{default}:queues", hostile, "a/b", "<img src=x onerror=alert(1)>")
     for url in ["/threadmill/", "/threadmill/default/default/ready/", f"/threadmill/default/task/{task_id}/"]:
         html = operator_client.get(url).content.decode()
         assert "<img src=x" not in html and '<script>alert("x")' not in html, url
     assert "&lt;img src=x onerror=alert(1)&gt;" in operator_client.get(f"/threadmill/default/task/{task_id}/").content.decode()
+    from urllib.parse import quote
+
+    hostile_queue = operator_client.get(f"/threadmill/default/{quote('<img src=x onerror=alert(1)>')}/ready/")
+    assert hostile_queue.status_code == 200 and "<img src=x" not in hostile_queue.content.decode()
 
 
 def test_a_large_value_is_collapsed(operator_client, backend):
