@@ -250,29 +250,30 @@ def test_a_process_whose_consumers_died_is_replaced(backend, start_worker):
     assert worker.stop() == 0
 
 
-def test_telemetry_publishes_a_final_stopped_snapshot(backend):
+def test_telemetry_publishes_running_snapshots_and_a_final_stopped_one(backend, start_worker):
     pubsub = redis.Redis.from_url(backend.redis_url).pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(backend.keys.telemetry())
+    wait_until(lambda: pubsub.get_message(timeout=0.01) is None and pubsub.subscribed, "the subscription is live")
     for i in range(5):
         tasks.echo.enqueue(i)
-
-    assert run_worker("-w", "1", "-t", "2", "--exit-empty").returncode == 0
-
+    worker = start_worker("-w", "1", "-t", "2", "-q", "default")
     snapshots = []
 
-    def stopped():
-        # None also stands for the subscription's confirmation, so read until the final snapshot.
+    def snapshot_in(state: str):
+        # None also stands for the subscription's confirmation, so read until the snapshot arrives.
         message = pubsub.get_message(timeout=0.1)
         if message is not None and (data := json.loads(message["data"]))["type"] == "worker":
             snapshots.append(data)
-        return snapshots and snapshots[-1]["state"] == "stopped"
+        return snapshots and snapshots[-1]["state"] == state and snapshots[-1]
 
-    wait_until(stopped, "the stopped snapshot arrives", 10)
-    assert snapshots[-1]["tasks_done"] == 5
-    assert snapshots[-1]["threads"] == 2 and snapshots[-1]["busy_threads"] == 0
-    assert set(snapshots[-1]) >= {
-        "host", "pid", "queues", "buffer_fill", "buffer_size", "tasks_per_minute", "cpu_percent", "rss_bytes", "started_at",
-    }
+    running = wait_until(lambda: snapshot_in("running"), "a running snapshot arrives", 10)
+    assert worker.stop() == 0
+    stopped = wait_until(lambda: snapshot_in("stopped"), "the stopped snapshot arrives", 10)
+
+    assert running["pid"] == stopped["pid"] and running["worker"].endswith(f":{running['pid']}")
+    assert (stopped["tasks_done"], stopped["threads"], stopped["busy_threads"], stopped["buffer_size"]) == (5, 2, 0, 8)
+    assert running["queues"] == ["default"] and running["rss_bytes"] > 0 and running["tasks_per_minute"] > 0
+    assert set(running) >= {"host", "buffer_fill", "cpu_percent", "started_at", "time", "backend"}
 
 
 @pytest.mark.parametrize(
