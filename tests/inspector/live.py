@@ -45,12 +45,14 @@ class LiveConsole:
     url: str
     env: dict[str, str]
     server: subprocess.Popen
+    logs: Path
     workers: list[subprocess.Popen] = field(default_factory=list)
 
     def start_worker(self, *args: str) -> subprocess.Popen:
         """Start `manage.py threadmill worker` (one process, two threads unless told otherwise)."""
         command = [sys.executable, "-m", "django", "threadmill", "worker", "-w", "1", "-t", "2", "--log-format", "text", *args]
-        worker = subprocess.Popen(command, env=self.env, cwd=ROOT, start_new_session=True, stderr=subprocess.DEVNULL)
+        log = open(self.logs / f"worker-{len(self.workers)}.log", "w")  # noqa: SIM115 - the child owns it
+        worker = subprocess.Popen(command, env=self.env, cwd=ROOT, start_new_session=True, stdout=log, stderr=log)
         self.workers.append(worker)
         return worker
 
@@ -102,4 +104,4 @@ def start_live_console(redis_url: str) -> LiveConsole:
                 server.kill()
                 raise RuntimeError(f"daphne did not start on port {port} (exit code {server.poll()}).") from None
             time.sleep(0.05)
-    return LiveConsole(f"http://127.0.0.1:{port}", env, server)
+    return LiveConsole(f"http://127.0.0.1:{port}", env, server, Path(data_dir))

@@ -22,7 +22,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]  # fmt: skip
 IMAGES = ROOT / "docs" / "images"
 #: Milliseconds Playwright waits for a page to show what a test expects.
-WAIT_MS = 15_000
+WAIT_MS = 30_000
 
 if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
     pytest.fail(f"{CHROMIUM} is missing; install it with `apt-get install -y chromium` (the README's test command does).", pytrace=False)
@@ -177,6 +177,25 @@ def test_script_and_img_onerror_payloads_in_args_execute_nothing(page, live, bac
     expect_text(page, "#raw-payload", "<img src=x onerror=")
     shot(page, "task_detail_unreadable")
     assert dialogs == []
+
+
+def test_the_overview_updates_live_while_the_demo_workload_runs(page, live):
+    from inspector.demo import enqueue_demo_workload
+
+    log_in(page)
+    page.evaluate("window.stillTheSamePage = true")
+    enqueue_demo_workload()
+    # The long-running report stays on its queue: this worker serves the other two.
+    worker = live.start_worker("-q", "default,emails")
+    expect_text(page, 'tr[data-queue="default"] a[data-segment="unreadable"]', "1")
+    expect_text(page, 'tr[data-queue="emails"] a[data-segment="successful"]', "5")
+    expect_text(page, 'tr[data-queue="default"] a[data-segment="successful"]', "40")
+    expect_text(page, 'tr[data-queue="default"] td.status', "live worker")
+    assert page.evaluate("window.stillTheSamePage") is True  # every change above arrived over the websocket
+    shot(page, "queue_list")
+    page.goto("/threadmill/default/default/deferred/")
+    expect_text(page, "#tasks-table .total", "3 tasks")  # sync_inventory, waiting for its retry
+    assert live.stop_worker(worker) == 0
 
 
 def expect_text(page, selector: str, text: str) -> None:
