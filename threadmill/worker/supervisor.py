@@ -16,12 +16,16 @@ import os
 import signal
 import time
 from multiprocessing.connection import wait
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
 from ..backends.redis import RedisBroker
 from .child import STOP_SIGNALS, run_worker_process
 from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, WorkerConfig
+
+if TYPE_CHECKING:
+    from ..backends.redis import RedisTaskBackend
 
 logger = logging.getLogger("threadmill.supervisor")
 
@@ -36,7 +40,7 @@ HEALTHY_LIFETIME_S = 30.0
 class Supervisor:
     """Keeps `config.processes` worker processes running and the broker turning."""
 
-    def __init__(self, backend, config: WorkerConfig) -> None:
+    def __init__(self, backend: RedisTaskBackend, config: WorkerConfig) -> None:
         self.backend = backend
         self.config = config
         self.broker = RedisBroker(backend, list(config.queues))
@@ -123,16 +127,16 @@ class Supervisor:
             code, lived = process.exitcode, time.monotonic() - born
             if self.stopping or (self.config.exit_empty and code == 0):
                 continue
-            self._schedule_respawn(slot, code, lived)
+            self._schedule_respawn(slot, process.pid, code, lived)
 
-    def _schedule_respawn(self, slot: int, code: int | None, lived: float) -> None:
+    def _schedule_respawn(self, slot: int, pid: int | None, code: int | None, lived: float) -> None:
         if code == EXIT_RECYCLED:
-            logger.info("Worker process %d recycled after its task budget; replacing it.", slot)
+            logger.info("Worker process %s recycled after its task budget; replacing it.", pid)
             self._respawn_at[slot] = 0.0
             return
         if lived >= HEALTHY_LIFETIME_S:
             self._pause = RESPAWN_PAUSE_S
-        logger.error("Worker process %d exited with code %s after %.1f s; respawning it in %.1f s.", slot, code, lived, self._pause)
+        logger.error("Worker process %s exited with code %s after %.1f s; respawning it in %.1f s.", pid, code, lived, self._pause)
         self._respawn_at[slot] = time.monotonic() + self._pause
         self._pause = min(2 * self._pause, RESPAWN_MAX_PAUSE_S)
 
