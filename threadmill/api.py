@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from django.tasks import task_backends
@@ -198,13 +198,23 @@ class QueueSummary:
     status: str
     status_level: str
 
+    minute_elapsed: float = 0.0
+
     @property
     def ingress_per_minute(self) -> int:
-        return self.ingress[-1] if self.ingress else 0
+        return sliding_minute(self.ingress, self.minute_elapsed)
 
     @property
     def egress_per_minute(self) -> int:
-        return self.egress[-1] if self.egress else 0
+        return sliding_minute(self.egress, self.minute_elapsed)
+
+
+def sliding_minute(per_minute: list[int], elapsed: float) -> int:
+    """Estimate the count of the last 60 s from per-minute counters: this minute, plus the rest of the last."""
+    if not per_minute:
+        return 0
+    previous = per_minute[-2] if len(per_minute) > 1 else 0
+    return round(per_minute[-1] + previous * (1 - elapsed))
 
 
 def overview(now: float | None = None) -> list[QueueSummary]:
@@ -221,7 +231,9 @@ def overview(now: float | None = None) -> list[QueueSummary]:
             latency = None if oldest[queue_name] is None else max(0.0, now - oldest[queue_name].timestamp())
             overdue = bool(counts[Segment.RUNNING]) and lease_overdue(alias, queue_name, now)
             status, level = queue_status(alias, queue_name, counts, workers, now, overdue)
-            out.append(QueueSummary(alias, queue_name, counts, latency, flow["ingress"], flow["egress"], status, level))
+            summary = QueueSummary(alias, queue_name, counts, latency, flow["ingress"], flow["egress"], status, level)
+            summary = replace(summary, minute_elapsed=(now % 60) / 60)
+            out.append(summary)
     return out
 
 

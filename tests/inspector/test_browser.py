@@ -190,7 +190,7 @@ def test_the_overview_updates_live_while_the_demo_workload_runs(page, live):
     expect_text(page, 'tr[data-queue="default"] a[data-segment="unreadable"]', "1")
     expect_text(page, 'tr[data-queue="emails"] a[data-segment="successful"]', "5")
     expect_text(page, 'tr[data-queue="default"] a[data-segment="successful"]', "40")
-    expect_text(page, 'tr[data-queue="default"] td.status', "live worker")
+    expect_text(page, 'tr[data-queue="default"] td.status', "1 live worker.")
     assert page.evaluate("window.stillTheSamePage") is True  # every change above arrived over the websocket
     shot(page, "queue_list")
     page.goto("/threadmill/default/default/deferred/")

@@ -232,3 +232,11 @@ def test_the_status_line_says_why_nothing_runs(seeded, monkeypatch):
     rows = {s.queue_name: s for s in api.overview()}
     assert rows["default"].status == "No live workers for this queue."
     assert rows["default"].status_level == "bad"
+
+
+def test_the_per_minute_rate_slides_over_the_last_sixty_seconds():
+    from threadmill.api import sliding_minute
+
+    assert sliding_minute([0, 60, 10], elapsed=0.25) == 55
+    assert sliding_minute([7], elapsed=0.5) == 7
+    assert sliding_minute([], elapsed=0.5) == 0
