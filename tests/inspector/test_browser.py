@@ -117,6 +117,13 @@ def test_requeue_a_stuck_running_task_and_see_it_complete(page, live, backend):
     page.goto(f"/threadmill/default/task/{stuck}/")
     expect_text(page, "#task-state", "SUCCESSFUL")  # the detail page polls its status partial
     shot(page, "task_detail")
+    confirmations = []
+    page.once("dialog", lambda dialog: (confirmations.append(dialog.message), dialog.accept()))
+    page.click("button:text('Requeue this task')")
+    expect_text(page, ".messages", f"Requeued task {stuck}.")
+    assert confirmations == [f"Requeue task {stuck}?"]
+    expect_text(page, "#task-state", "SUCCESSFUL")
+    expect_text(page, "dl.facts", "Attempts2")
     assert live.stop_worker(worker) == 0
 
 
