@@ -32,7 +32,12 @@ def run_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     """Run the worker command to completion (it must exit by itself) and return it."""
     return subprocess.run(
         [sys.executable, "manage.py", "threadmill", "worker", *args],
-        cwd=ROOT, env=env or worker_env(), capture_output=True, text=True, timeout=DEADLINE_S,
+        cwd=ROOT,
+        env=env or worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        check=False,
     )
 
 
@@ -40,10 +45,14 @@ class Worker:
     """A worker pool started in the background; its stderr goes to a file the test can read."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="threadmill-worker-", suffix=".log")
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="threadmill-worker-", suffix=".log")  # noqa: SIM115 - closed by close()
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "threadmill", "worker", *args],
-            cwd=ROOT, env=env or worker_env(), stdout=self.log, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT,
+            env=env or worker_env(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
 
     @property

@@ -236,7 +236,9 @@ def test_a_fetch_failure_exits_the_process_and_the_supervisor_respawns_it(backen
 
     backend.client.delete(ready)
     result = tasks.echo.enqueue("back")
-    wait_until(lambda: backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL, "a respawned process runs it")
+    wait_until(
+        lambda: backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL, "a respawned process runs it"
+    )
     assert worker.stop() == 0
 
 

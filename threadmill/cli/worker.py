@@ -43,36 +43,79 @@ def _queue_list(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-b", "--backend", default="default", metavar="ALIAS", help="Alias of the task backend in TASKS (default: default).")
     parser.add_argument(
-        "-q", "--queues", action="extend", type=_queue_list, metavar="QUEUE[,QUEUE...]",
+        "-b",
+        "--backend",
+        default="default",
+        metavar="ALIAS",
+        help="Alias of the task backend in TASKS (default: default).",
+    )
+    parser.add_argument(
+        "-q",
+        "--queues",
+        action="extend",
+        type=_queue_list,
+        metavar="QUEUE[,QUEUE...]",
         help="Queues to run tasks from, comma-separated or repeated (default: every queue of the backend).",
     )
     parser.add_argument(
-        "-w", "--workers", type=_whole_number(1), metavar="N", default=default_process_count(),
+        "-w",
+        "--workers",
+        type=_whole_number(1),
+        metavar="N",
+        default=default_process_count(),
         help="Worker processes (default: the CPU count minus one, at least 1; here %(default)s).",
     )
-    parser.add_argument("-t", "--threads", type=_whole_number(1), default=1, metavar="N", help="Consumer threads per worker process (default: 1).")
     parser.add_argument(
-        "--prefetch-count", type=_whole_number(0), metavar="N", default=0,
+        "-t",
+        "--threads",
+        type=_whole_number(1),
+        default=1,
+        metavar="N",
+        help="Consumer threads per worker process (default: 1).",
+    )
+    parser.add_argument(
+        "--prefetch-count",
+        type=_whole_number(0),
+        metavar="N",
+        default=0,
         help=f"Tasks each worker process leases ahead of its threads (default and 0: {DEFAULT_PREFETCH_PER_THREAD} per thread). "
         "1 fetches one task at a time.",
     )
     parser.add_argument(
-        "--max-tasks", type=_whole_number(1), metavar="N", default=None,
+        "--max-tasks",
+        type=_whole_number(1),
+        metavar="N",
+        default=None,
         help="Replace each worker process after it ran this many tasks (plus its jitter). It stops fetching at "
         "the budget, so it runs exactly that many tasks, never more (fewer only when stopped or drained).",
     )
     parser.add_argument(
-        "--max-tasks-jitter", type=_whole_number(0), metavar="N", default=0,
+        "--max-tasks-jitter",
+        type=_whole_number(0),
+        metavar="N",
+        default=0,
         help="Add a random 0 to N tasks to each process's --max-tasks, so processes do not recycle together.",
     )
     parser.add_argument(
-        "--exit-empty", action="store_true",
+        "--exit-empty",
+        action="store_true",
         help="Exit 0 once no ready task is left on the queues and every process is idle.",
     )
-    parser.add_argument("--log-format", choices=LOG_FORMATS, default="json", help="Log lines as JSON objects or plain text (default: json).")
-    parser.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], default=argparse.SUPPRESS, help="0 warnings, 1 worker events, 2 every task, 3 debug.")
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="json",
+        help="Log lines as JSON objects or plain text (default: json).",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbosity",
+        type=int,
+        choices=[0, 1, 2, 3],
+        default=argparse.SUPPRESS,
+        help="0 warnings, 1 worker events, 2 every task, 3 debug.",
+    )
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> int:
@@ -114,7 +157,9 @@ def _backend(alias: str):
     try:
         backend = task_backends[alias]
     except InvalidTaskBackend:
-        raise CommandError(f"Unknown task backend {alias!r}; TASKS defines {', '.join(sorted(task_backends.settings))}.") from None
+        raise CommandError(
+            f"Unknown task backend {alias!r}; TASKS defines {', '.join(sorted(task_backends.settings))}."
+        ) from None
     if not hasattr(backend, "acquire"):
         raise CommandError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")
     try:

@@ -45,7 +45,9 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
     started = time.process_time(), time.monotonic()
     process.start()
     telemetry.start()
-    logger.info("Worker process %s started: %d threads, buffer of %d tasks.", process.name, config.threads, process.size)
+    logger.info(
+        "Worker process %s started: %d threads, buffer of %d tasks.", process.name, config.threads, process.size
+    )
     while not process.finished.wait(PARENT_CHECK_INTERVAL_S):
         if os.getppid() != supervisor_pid:
             logger.warning("The supervisor of worker process %s is gone; stopping.", process.name)
@@ -54,7 +56,11 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
     cpu, wall = time.process_time() - started[0], time.monotonic() - started[1]
     logger.info(
         "Worker process %s exits with code %d after %d tasks in %.3f s, %.3f s of CPU.",
-        process.name, process.exit_code, process.done, wall, cpu,
+        process.name,
+        process.exit_code,
+        process.done,
+        wall,
+        cpu,
     )
     sys.exit(process.exit_code)
 

@@ -51,7 +51,9 @@ class WorkerProcess:
         #: keeps batches large: a fetch costs about as much CPU as running four echo tasks.
         self.refill_at = max(1, self.size // 2)
         self.ack_batch = max(ACK_BATCH, self.size)
-        self.budget = None if config.max_tasks is None else config.max_tasks + random.randint(0, config.max_tasks_jitter)
+        self.budget = (
+            None if config.max_tasks is None else config.max_tasks + random.randint(0, config.max_tasks_jitter)
+        )
         self.buffer: deque[ThreadmillTaskResult] = deque()
         self.outcomes: list[Outcome] = []
         self.busy = 0
@@ -77,7 +79,9 @@ class WorkerProcess:
         sender = type(self.backend)
         self.consumers_alive = self.config.threads
         for index in range(1, self.config.threads + 1):
-            thread = threading.Thread(target=self._consume, args=(Executor(sender),), name=f"consumer-{index}", daemon=True)
+            thread = threading.Thread(
+                target=self._consume, args=(Executor(sender),), name=f"consumer-{index}", daemon=True
+            )
             self._threads.append(thread)
         self._threads.append(threading.Thread(target=self._fetch, name="fetcher", daemon=True))
         for thread in self._threads:
@@ -134,7 +138,8 @@ class WorkerProcess:
                 if idle and self._closed:
                     return None
                 if not self.consumers_alive:
-                    return self._consumers_gone()
+                    self._consumers_gone()
+                    return None
                 self._has_work.wait(self._wait_time(now))
 
     def _wanted(self, now: float) -> int:
@@ -160,7 +165,9 @@ class WorkerProcess:
         try:
             results = self.backend.acquire(*self.config.queues, count=count, worker=self.name)
         except Exception:
-            logger.exception("Fetching tasks from queues %s failed; this worker process stops.", ", ".join(self.config.queues))
+            logger.exception(
+                "Fetching tasks from queues %s failed; this worker process stops.", ", ".join(self.config.queues)
+            )
             results, self.failed = [], True
         with self._lock:
             self._acquiring = False
@@ -193,7 +200,9 @@ class WorkerProcess:
                 if outcome.retry_after is not None:
                     self.backend.requeue(outcome.result, run_after=outcome.retry_after)
         except Exception:
-            logger.exception("Acknowledging %d finished tasks failed; the reaper will recover their leases.", len(outcomes))
+            logger.exception(
+                "Acknowledging %d finished tasks failed; the reaper will recover their leases.", len(outcomes)
+            )
             self.failed = True
             return False
         return True
@@ -201,7 +210,6 @@ class WorkerProcess:
     def _consumers_gone(self) -> None:
         logger.error("Every consumer thread of this worker process died; it stops and is replaced.")
         self.failed = True
-        return None
 
     def _abandon(self) -> None:
         """Stop for good: nothing more is fetched, and consumers exit once the buffer is empty."""

@@ -61,7 +61,9 @@ class Supervisor:
         self._install_signal_handlers()
         logger.info(
             "Starting %d worker processes of %d threads on queues %s.",
-            self.config.processes, self.config.threads, ", ".join(self.config.queues),
+            self.config.processes,
+            self.config.threads,
+            ", ".join(self.config.queues),
         )
         try:
             for slot in range(self.config.processes):
@@ -136,7 +138,13 @@ class Supervisor:
             return
         if lived >= HEALTHY_LIFETIME_S:
             self._pause = RESPAWN_PAUSE_S
-        logger.error("Worker process %s exited with code %s after %.1f s; respawning it in %.1f s.", pid, code, lived, self._pause)
+        logger.error(
+            "Worker process %s exited with code %s after %.1f s; respawning it in %.1f s.",
+            pid,
+            code,
+            lived,
+            self._pause,
+        )
         self._respawn_at[slot] = time.monotonic() + self._pause
         self._pause = min(2 * self._pause, RESPAWN_MAX_PAUSE_S)
 

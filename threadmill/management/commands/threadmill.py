@@ -22,7 +22,7 @@ class OneLineParser(CommandParser):
 class Command(BaseCommand):
     help = "Run Threadmill: " + ", ".join(SUBCOMMANDS) + "."
     # The worker checks its own backend; the project's checks would only slow every start.
-    requires_system_checks = []
+    requires_system_checks = ()
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
@@ -30,7 +30,9 @@ class Command(BaseCommand):
         return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
-        subparsers = parser.add_subparsers(dest="subcommand", required=True, metavar="subcommand", parser_class=OneLineParser)
+        subparsers = parser.add_subparsers(
+            dest="subcommand", required=True, metavar="subcommand", parser_class=OneLineParser
+        )
         for name, path in SUBCOMMANDS.items():
             module = import_module(path)
             module.add_arguments(subparsers.add_parser(name, help=module.HELP, description=module.HELP))
