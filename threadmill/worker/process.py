@@ -1,10 +1,11 @@
 """One worker process: a fetcher thread, consumer threads and the bounded buffer between them.
 
-The fetcher is the only thread that talks to the broker. It leases as many tasks as the
-buffer has free slots in one acquire, and acknowledges every finished task in one
-acknowledge_many call: before each fetch, when `ack_batch` tasks are waiting, when the
-consumers go idle, and at most `ACK_DELAY_S` after a task finished. Consumers take tasks
-in lease order and never touch the broker, so a fast task costs a fraction of a round trip.
+The fetcher is the only thread that talks to the broker. Once half the buffer is free it
+leases as many tasks as there are free slots, in one acquire. It acknowledges finished
+tasks in one acknowledge_many call, apart from fetching: once `ACK_BATCH` are waiting,
+`ACK_DELAY_S` after the first of them finished, or at once when the consumers have nothing
+left to run. Consumers take tasks in lease order and never touch the broker, so a fast
+task costs a fraction of a round trip.
 
 Invariants: the fetcher never leases past the `--max-tasks` budget, so every leased task
 runs; every finished task is acknowledged or requeued before the process exits, unless
