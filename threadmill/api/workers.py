@@ -1,0 +1,231 @@
+"""Worker telemetry as the console sees it: one subscription per process, the last snapshot of each worker.
+
+Each worker process publishes a snapshot every `SNAPSHOT_INTERVAL_S` on its backend's
+telemetry channel (`threadmill.telemetry`). `TelemetryHub` holds this process's only
+subscription to those channels, keeps the last snapshot of every worker, decides whether
+it is live, lost (silent for three intervals) or stopped, and tells listeners what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..telemetry import SNAPSHOT_INTERVAL_S
+
+logger = logging.getLogger("threadmill.api")
+
+#: Seconds between two worker snapshots when a snapshot does not say.
+DEFAULT_TELEMETRY_INTERVAL_S = SNAPSHOT_INTERVAL_S
+#: Snapshot intervals a worker may stay silent before it is shown as lost.
+LOST_AFTER_INTERVALS = 3
+#: Seconds a stopped or lost worker stays listed after it was last heard from.
+FORGET_WORKER_AFTER_S = 3600.0
+
+
+@dataclass(slots=True)
+class WorkerSnapshot:
+    """The last thing one worker process said about itself on the telemetry channel."""
+
+    alias: str
+    host: str
+    pid: int
+    queues: list[str] = field(default_factory=list)
+    threads: int = 0
+    busy: int = 0
+    buffer: int = 0
+    buffer_size: int = 0
+    tasks_done: int = 0
+    tasks_per_minute: float = 0.0
+    cpu_percent: float = 0.0
+    rss: int = 0
+    started_at: float | None = None
+    interval: float = DEFAULT_TELEMETRY_INTERVAL_S
+    last_seen: float = 0.0
+    stopped: bool = False
+    state: str = "live"
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.alias, self.host, self.pid)
+
+    def serves(self, alias: str, queue_name: str) -> bool:
+        return self.alias == alias and (not self.queues or queue_name in self.queues)
+
+    def uptime_s(self, now: float) -> float | None:
+        return None if self.started_at is None else max(0.0, now - self.started_at)
+
+
+def _number(event: dict, *names: str, default: float = 0) -> float:
+    for name in names:
+        value = event.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+    return default
+
+
+def parse_worker_event(alias: str, event: dict, now: float) -> WorkerSnapshot | None:
+    """Return the worker snapshot an event carries, or None when it is not about a worker."""
+    if event.get("type") not in ("worker", "snapshot", "stopped") or "pid" not in event:
+        return None
+    queues = event.get("queues")
+    return WorkerSnapshot(
+        alias=alias,
+        host=str(event.get("host", "?")),
+        pid=int(_number(event, "pid")),
+        queues=[str(q) for q in queues] if isinstance(queues, list) else [],
+        threads=int(_number(event, "threads")),
+        busy=int(_number(event, "busy", "busy_threads")),
+        buffer=int(_number(event, "buffer", "buffer_fill", "buffered")),
+        buffer_size=int(_number(event, "buffer_size", "prefetch_count", "prefetch")),
+        tasks_done=int(_number(event, "tasks_done", "done")),
+        tasks_per_minute=float(_number(event, "tasks_per_minute")),
+        cpu_percent=float(_number(event, "cpu_percent", "cpu")),
+        rss=int(_number(event, "rss", "rss_bytes")),
+        started_at=_number(event, "started_at", default=0) or None,
+        interval=float(_number(event, "interval", "interval_s", default=DEFAULT_TELEMETRY_INTERVAL_S)),
+        last_seen=now,
+        stopped=event.get("type") == "stopped" or event.get("state") == "stopped" or event.get("stopped") is True,
+    )
+
+
+Listener = Callable[[str], None]
+
+
+class TelemetryHub:
+    """One telemetry subscription per process: keeps the last snapshot of every worker and tells listeners.
+
+    Listeners are called from the hub's thread with the kind of change ("queues" for
+    ingress/egress, "workers" for a snapshot, "tick" every interval); they must only hand
+    the news to their own thread or event loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workers: dict[tuple[str, str, int], WorkerSnapshot] = {}
+        self._listeners: set[Listener] = set()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.started_at = 0.0
+
+    def start(self) -> TelemetryHub:
+        """Start the subscribing thread once; later calls do nothing."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self.started_at = time.time()
+                self._thread = threading.Thread(target=self._run, name="threadmill-telemetry", daemon=True)
+                self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def subscribe(self, listener: Listener) -> None:
+        self.start()
+        with self._lock:
+            self._listeners.add(listener)
+
+    def unsubscribe(self, listener: Listener) -> None:
+        with self._lock:
+            self._listeners.discard(listener)
+
+    def warmed_up(self, now: float) -> bool:
+        """Return whether the hub listened long enough to have heard every live worker."""
+        return bool(self.started_at) and now - self.started_at >= LOST_AFTER_INTERVALS * DEFAULT_TELEMETRY_INTERVAL_S
+
+    def workers(self, now: float | None = None) -> list[WorkerSnapshot]:
+        """Return every worker heard from, its state (live, lost, stopped) as of `now`, by host then pid."""
+        self.start()
+        now = time.time() if now is None else now
+        with self._lock:
+            for key in [k for k, w in self._workers.items() if now - w.last_seen > FORGET_WORKER_AFTER_S]:
+                del self._workers[key]
+            snapshots = list(self._workers.values())
+        for snapshot in snapshots:
+            if snapshot.stopped:
+                snapshot.state = "stopped"
+            elif now - snapshot.last_seen > LOST_AFTER_INTERVALS * snapshot.interval:
+                snapshot.state = "lost"
+            else:
+                snapshot.state = "live"
+        return sorted(snapshots, key=lambda s: (s.host, s.pid))
+
+    def record(self, alias: str, payload: bytes | str, now: float | None = None) -> str | None:
+        """Apply one telemetry message; return the kind of change, None for a message it cannot read."""
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            logger.warning("Ignoring a telemetry message that is not JSON: %r", payload[:200])
+            return None
+        if not isinstance(event, dict):
+            return None
+        if event.get("type") in ("ingress", "egress"):
+            return "queues"
+        snapshot = parse_worker_event(alias, event, time.time() if now is None else now)
+        if snapshot is None:
+            return None
+        with self._lock:
+            self._workers[snapshot.key] = snapshot
+        return "workers"
+
+    def _notify(self, kind: str) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(kind)
+            except Exception:
+                logger.exception("A telemetry listener failed.")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except Exception as e:  # noqa: BLE001 - a lost server must not end the hub; it retries
+                logger.warning("Telemetry subscription lost (%s: %s); retrying in 1 s.", type(e).__name__, e)
+            self._stop.wait(1.0)
+
+    def _listen(self) -> None:
+        from . import backend_aliases, get_backend
+
+        # One pub/sub connection per distinct server, whatever the number of browser tabs.
+        channels: dict[str, dict[str, str]] = {}
+        for alias in backend_aliases():
+            backend = get_backend(alias)
+            channels.setdefault(backend.redis_url, {})[backend.keys.telemetry()] = alias
+        subscriptions = []
+        for names in channels.values():
+            pubsub = get_backend(next(iter(names.values()))).client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(*names)
+            subscriptions.append((pubsub, names))
+        last_tick = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                for pubsub, names in subscriptions:
+                    message = pubsub.get_message(timeout=0.2 / len(subscriptions))
+                    if message and message["type"] == "message":
+                        kind = self.record(names[message["channel"].decode()], message["data"])
+                        if kind:
+                            self._notify(kind)
+                if time.monotonic() - last_tick >= DEFAULT_TELEMETRY_INTERVAL_S:
+                    last_tick = time.monotonic()
+                    self._notify("tick")
+        finally:
+            for pubsub, _ in subscriptions:
+                pubsub.close()
+
+
+_hub = TelemetryHub()
+
+
+def hub() -> TelemetryHub:
+    """Return this process's telemetry hub."""
+    return _hub
