@@ -7,7 +7,16 @@ from collections.abc import Sequence
 from .models import AuditEntry
 
 
-def record(request, action: str, alias: str, queue_name: str, segment: str, scope: str, count: int, task_ids: Sequence[str] = ()) -> AuditEntry:
+def record(
+    request,
+    action: str,
+    alias: str,
+    queue_name: str,
+    segment: str,
+    scope: str,
+    count: int,
+    task_ids: Sequence[str] = (),
+) -> AuditEntry:
     """Store who did `action` to how many tasks (and which), now."""
     return AuditEntry.objects.create(
         user=request.user,

@@ -32,7 +32,9 @@ def overview_context() -> dict:
     rows = [
         {
             "summary": s,
-            "counts": [(segment, s.counts[segment], segment_url(s.alias, s.queue_name, segment)) for segment in api.Segment],
+            "counts": [
+                (segment, s.counts[segment], segment_url(s.alias, s.queue_name, segment)) for segment in api.Segment
+            ],
             "ingress_points": sparkline_points(s.ingress),
             "egress_points": sparkline_points(s.egress),
         }

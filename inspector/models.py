@@ -22,14 +22,16 @@ class AuditEntry(models.Model):
     backend = models.CharField(max_length=100)
     queue_name = models.CharField(max_length=200)
     segment = models.CharField(max_length=16, blank=True)
-    scope = models.CharField(max_length=200, blank=True, help_text="What was selected: ids, a filtered view, a segment.")
+    scope = models.CharField(
+        max_length=200, blank=True, help_text="What was selected: ids, a filtered view, a segment."
+    )
     count = models.PositiveIntegerField()
     task_ids = models.JSONField(default=list, blank=True)
 
     class Meta:
-        ordering = ["-at", "-id"]
+        ordering = ("-at", "-id")
         verbose_name_plural = "audit entries"
-        permissions = [("change_queue", "Can requeue, delete and purge tasks in the Threadmill console")]
+        permissions = (("change_queue", "Can requeue, delete and purge tasks in the Threadmill console"),)
 
     def __str__(self) -> str:
         return f"{self.username} {self.action} {self.count} on {self.backend}/{self.queue_name}/{self.segment}"

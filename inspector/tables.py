@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import django_tables2 as tables
 from django.urls import reverse
@@ -147,7 +147,10 @@ def _seconds(value: float | None):
 class SegmentTable(tables.Table):
     """Columns every segment shows."""
 
-    select = tables.CheckBoxColumn(accessor="id", attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}})
+    select = tables.CheckBoxColumn(
+        accessor="id",
+        attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}},
+    )
     id = tables.Column(verbose_name="Id", orderable=False)
     task_path = tables.Column(verbose_name="Task", orderable=False, empty_values=())
     priority = tables.Column(orderable=False)
@@ -170,7 +173,7 @@ class SegmentTable(tables.Table):
         return format_html('<span class="mono">{}</span>', value)
 
     def render_args_preview(self, value):
-        return format_html('<code>{}</code>', value)
+        return format_html("<code>{}</code>", value)
 
     def render_enqueued_at(self, value):
         return _moment(value)
@@ -230,7 +233,10 @@ class FinishedTable(SegmentTable):
 
 
 class UnreadableTable(tables.Table):
-    select = tables.CheckBoxColumn(accessor="id", attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}})
+    select = tables.CheckBoxColumn(
+        accessor="id",
+        attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}},
+    )
     id = tables.Column(verbose_name="Id", orderable=False)
     preview = tables.Column(verbose_name="Raw payload (preview)", orderable=False)
     read_error = tables.Column(verbose_name="Read error", orderable=False)

@@ -18,7 +18,11 @@ urlpatterns = [
     path("<tm_backend:backend>/task/<tm_task_id:task_id>/", views.task_detail, name="task_detail"),
     path("<tm_backend:backend>/task/<tm_task_id:task_id>/requeue/", views.requeue_task, name="requeue_task"),
     path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/", views.task_list, name="task_list"),
-    path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/requeue/", views.requeue_tasks, name="requeue_tasks"),
+    path(
+        "<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/requeue/", views.requeue_tasks, name="requeue_tasks"
+    ),
     path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/delete/", views.delete_tasks, name="delete_tasks"),
-    path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/purge/", views.purge_segment, name="purge_segment"),
+    path(
+        "<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/purge/", views.purge_segment, name="purge_segment"
+    ),
 ]

@@ -51,7 +51,7 @@ def _filter(data) -> api.Filter:
     return form.cleaned_data["where"]
 
 
-def _segment_url(alias: str, queue_name: str, segment: api.Segment, where: api.Filter = api.Filter()) -> str:
+def _segment_url(alias: str, queue_name: str, segment: api.Segment, where: api.Filter = api.NO_FILTER) -> str:
     url = reverse("inspector:task_list", args=[alias, queue_name, segment])
     query = {k: v for k, v in (("task", where.task_path), ("error", where.error_class)) if v}
     return f"{url}?{urlencode(query)}" if query else url
@@ -139,7 +139,9 @@ def requeue_task(request, backend: str, task_id: str):
     moved = api.requeue(backend, task_id)
     segment = getattr(task, "segment", "") or ""
     queue_name = task.queue_name if isinstance(task, api.UnreadableTask) else task.task.queue_name
-    audit.record(request, "requeue", backend, queue_name, str(segment), "one task", int(moved), [task_id] if moved else [])
+    audit.record(
+        request, "requeue", backend, queue_name, str(segment), "one task", int(moved), [task_id] if moved else []
+    )
     _say(request, moved, f"Requeued task {task_id}.", f"Task {task_id} was not requeued: it is already ready.")
     return redirect("inspector:task_detail", backend, task_id)
 
@@ -177,7 +179,9 @@ def _action(request, action: str, alias: str, queue_name: str, segment: api.Segm
     if request.POST.get("confirmed") != "yes":
         return _confirm(request, action, alias, queue_name, segment, scope, ids, where)
     done = _run(action, alias, queue_name, segment, scope, ids, where)
-    scope_text = "selected tasks" if scope == "selected" else f"view {where.task_path or '*'} {where.error_class or ''}".strip()
+    scope_text = (
+        "selected tasks" if scope == "selected" else f"view {where.task_path or '*'} {where.error_class or ''}".strip()
+    )
     audit.record(request, action, alias, queue_name, segment.value, scope_text, len(done), done)
     messages.success(request, f"{'Requeued' if action == 'requeue' else 'Deleted'} {_tasks(len(done))}.")
     return redirect(_segment_url(alias, queue_name, segment, where))

@@ -37,7 +37,13 @@ def pretty(value) -> dict:
     text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
     size = len(text)
     full = text[:MAX_VALUE_CHARS]
-    return {"text": full[:COLLAPSE_AFTER_CHARS], "full": full, "cut": size > COLLAPSE_AFTER_CHARS, "size": size, "shown": min(size, COLLAPSE_AFTER_CHARS)}
+    return {
+        "text": full[:COLLAPSE_AFTER_CHARS],
+        "full": full,
+        "cut": size > COLLAPSE_AFTER_CHARS,
+        "size": size,
+        "shown": min(size, COLLAPSE_AFTER_CHARS),
+    }
 
 
 @register.filter

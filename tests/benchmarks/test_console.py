@@ -17,9 +17,9 @@ import statistics
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
-from tests.inspector.conftest import backend, raw  # noqa: F401  (fixtures)
 from tests.inspector.live import start_live_console
 
 RESULTS = Path(__file__).parent / "results" / "console.json"
@@ -29,7 +29,6 @@ REQUESTS = 30
 LIVE_SAMPLES = 20
 SEED_BATCH = 10_000
 SIZES = {"emails": 1_000, "default": 1_000_000}
-
 
 
 def _seed(backend, queue_name: str, count: int) -> None:
@@ -84,7 +83,10 @@ def _time_api_pages() -> dict:
             samples.append((time.perf_counter() - started) * 1000)
             assert len(found.items) == 50
         samples.sort()
-        out[name] = {"median_ms": round(statistics.median(samples), 2), "p90_ms": round(samples[int(0.9 * len(samples))], 2)}
+        out[name] = {
+            "median_ms": round(statistics.median(samples), 2),
+            "p90_ms": round(samples[int(0.9 * len(samples))], 2),
+        }
     return out
 
 
@@ -102,6 +104,18 @@ PAGES = {
     "1,000,000 tasks, middle page (10,000)": "/threadmill/default/default/ready/?page=10000",
     "1,000,000 tasks, last page (20,000)": "/threadmill/default/default/ready/?page=20000",
 }
+
+
+@pytest.fixture
+def backend():
+    from django.tasks import task_backends
+
+    return task_backends["default"]
+
+
+@pytest.fixture
+def raw(redis_url) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
 
 
 def test_console_benchmark(redis_url, backend, raw, capsys):
@@ -137,7 +151,9 @@ def test_console_benchmark(redis_url, backend, raw, capsys):
         print("\nConsole benchmark:\n" + json.dumps(results, indent=2))
     times = results["page_request_time"]
     deep, small = times["1,000,000 tasks, last page (20,000)"], times["1,000 tasks, page 1"]
-    assert deep["median_ms"] < 3 * small["median_ms"] + 10, "a deep page of a huge segment should cost about what a small one does"
+    assert deep["median_ms"] < 3 * small["median_ms"] + 10, (
+        "a deep page of a huge segment should cost about what a small one does"
+    )
 
 
 def _event_to_screen(page) -> dict:
@@ -154,7 +170,9 @@ def _event_to_screen(page) -> dict:
         shown_ms = page.wait_for_function(
             "([selector, n]) => { const a = document.querySelector(selector);"
             " return a && a.textContent.trim() === String(n) ? Date.now() : false; }",
-            arg=[cell, n], polling="raf", timeout=10_000,
+            arg=[cell, n],
+            polling="raf",
+            timeout=10_000,
         ).json_value()
         delays.append(shown_ms - sent_ms)
     delays.sort()

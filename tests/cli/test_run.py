@@ -31,7 +31,9 @@ class Run:
             if name not in env:
                 environment.pop(name, None)
         command = [sys.executable, "manage.py", "threadmill", "run", "--port", str(self.port), *args]
-        self.process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
         self.lines: list[str] = []
 
     def wait_for_url(self) -> str:

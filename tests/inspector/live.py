@@ -50,7 +50,20 @@ class LiveConsole:
 
     def start_worker(self, *args: str) -> subprocess.Popen:
         """Start `manage.py threadmill worker` (one process, two threads unless told otherwise)."""
-        command = [sys.executable, "-m", "django", "threadmill", "worker", "-w", "1", "-t", "2", "--log-format", "text", *args]
+        command = [
+            sys.executable,
+            "-m",
+            "django",
+            "threadmill",
+            "worker",
+            "-w",
+            "1",
+            "-t",
+            "2",
+            "--log-format",
+            "text",
+            *args,
+        ]
         log = open(self.logs / f"worker-{len(self.workers)}.log", "w")  # noqa: SIM115 - the child owns it
         worker = subprocess.Popen(command, env=self.env, cwd=ROOT, start_new_session=True, stdout=log, stderr=log)
         self.workers.append(worker)

@@ -29,12 +29,20 @@ def test_a_viewer_sees_no_action_buttons(client_as, viewer, seeded):
     html = client_as(viewer).get("/threadmill/default/default/failed/").content.decode()
     assert seeded["failed"] in html
     assert "Requeue selected" not in html and "Purge failed" not in html and 'name="ids"' not in html
-    assert "Requeue this task" not in client_as(viewer).get(f"/threadmill/default/task/{seeded['failed']}/").content.decode()
+    assert (
+        "Requeue this task"
+        not in client_as(viewer).get(f"/threadmill/default/task/{seeded['failed']}/").content.decode()
+    )
 
 
 @pytest.mark.parametrize(
     "path",
-    ["default/default/failed/requeue/", "default/default/failed/delete/", "default/default/failed/purge/", "default/task/{failed}/requeue/"],
+    [
+        "default/default/failed/requeue/",
+        "default/default/failed/delete/",
+        "default/default/failed/purge/",
+        "default/task/{failed}/requeue/",
+    ],
 )
 def test_a_viewer_is_refused_every_action_with_403(client_as, viewer, seeded, raw, path):
     url = "/threadmill/" + path.format(failed=seeded["failed"])
@@ -67,7 +75,13 @@ def test_requeue_selected_confirms_with_the_server_count_then_acts_and_audits(op
     assert raw.zcard("threadmill:{default}:default:running") == 0
     assert raw.hget("threadmill:{default}:task:" + seeded["running"], "segment") == b"ready"
     entry = AuditEntry.objects.get()
-    assert (entry.username, entry.action, entry.segment, entry.count, entry.task_ids) == ("operator", "requeue", "running", 1, [seeded["running"]])
+    assert (entry.username, entry.action, entry.segment, entry.count, entry.task_ids) == (
+        "operator",
+        "requeue",
+        "running",
+        1,
+        [seeded["running"]],
+    )
     page = operator_client.get(done.headers["Location"]).content.decode()
     assert "Requeued 1 task." in page
 
@@ -93,7 +107,10 @@ def test_requeue_all_of_a_filtered_view(operator_client, backend, raw):
 
 def test_the_confirmation_as_an_htmx_request_is_a_partial(operator_client, seeded):
     response = csrf_post(
-        operator_client, "/threadmill/default/default/failed/requeue/", {"scope": "view"}, headers={"HX-Request": "true"}
+        operator_client,
+        "/threadmill/default/default/failed/requeue/",
+        {"scope": "view"},
+        headers={"HX-Request": "true"},
     )
     assert response.content.decode().lstrip().startswith('<div id="action-confirmation"')
 

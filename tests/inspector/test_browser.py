@@ -25,7 +25,10 @@ IMAGES = ROOT / "docs" / "images"
 WAIT_MS = 30_000
 
 if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-    pytest.fail(f"{CHROMIUM} is missing; install it with `apt-get install -y chromium` (the README's test command does).", pytrace=False)
+    pytest.fail(
+        f"{CHROMIUM} is missing; install it with `apt-get install -y chromium` (the README's test command does).",
+        pytrace=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,10 @@ def page(browser, live):
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)
     page.csp_violations = []
-    page.on("console", lambda message: "Content Security Policy" in message.text and page.csp_violations.append(message.text))
+    page.on(
+        "console",
+        lambda message: "Content Security Policy" in message.text and page.csp_violations.append(message.text),
+    )
     yield page
     context.close()
 
@@ -166,7 +172,10 @@ def test_the_workers_table_changes_as_a_worker_starts_and_stops(page, live):
 def test_script_and_img_onerror_payloads_in_args_execute_nothing(page, live, backend, raw):
     from tests.tasks import echo
 
-    payloads = ["<script>window.pwned = 1; alert('script')</script>", "<img src=x onerror=\"window.pwned = 2; alert('img')\">"]
+    payloads = [
+        "<script>window.pwned = 1; alert('script')</script>",
+        "<img src=x onerror=\"window.pwned = 2; alert('img')\">",
+    ]
     task_id = echo.enqueue(payloads[0], note=payloads[1]).id
     unreadable = echo.enqueue("x").id
     raw.hset(f"threadmill:{{default}}:task:{unreadable}", "data", payloads[1] + payloads[0])
@@ -217,5 +226,3 @@ def test_screenshots_of_every_page_exist():
              "task_detail_unreadable"}  # fmt: skip
     missing = sorted(name for name in names if not (IMAGES / f"{name}.png").exists())
     assert not missing, f"missing screenshots: {missing}"
-
-

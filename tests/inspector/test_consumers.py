@@ -127,7 +127,7 @@ async def test_every_socket_of_a_process_shares_one_redis_subscription(operator,
     sockets = [await _connect("overview", cookie) for _ in range(3)]
     for communicator in sockets:
         await communicator.receive_from(timeout=5)
-    (_, subscribers), = await sync_to_async(raw.pubsub_numsub)(CHANNEL)
+    ((_, subscribers),) = await sync_to_async(raw.pubsub_numsub)(CHANNEL)
     assert subscribers == 1
     for communicator in sockets:
         await communicator.disconnect()

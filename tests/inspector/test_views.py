@@ -56,7 +56,7 @@ def test_the_running_table_shows_the_lease_and_flags_an_overdue_one(operator_cli
     raw.zadd("threadmill:{default}:default:running", {seeded["running"]: 1})
     html = operator_client.get("/threadmill/default/default/running/").content.decode()
     assert "ghost:1" in html
-    assert 'class="overdue' in html and "badge bad\">overdue" in html
+    assert 'class="overdue' in html and 'badge bad">overdue' in html
 
 
 def test_the_deferred_table_shows_when_a_task_runs(operator_client, seeded):
@@ -73,7 +73,9 @@ def test_a_boosted_page_link_aimed_at_the_table_gets_only_the_table(operator_cli
     headers = {"HX-Request": "true", "HX-Boosted": "true", "HX-Target": "tasks-table"}
     html = operator_client.get("/threadmill/default/default/ready/?page=1", headers=headers).content.decode()
     assert html.lstrip().startswith('<div id="tasks-table"')
-    whole = operator_client.get("/threadmill/default/default/ready/", headers={"HX-Request": "true", "HX-Boosted": "true"})
+    whole = operator_client.get(
+        "/threadmill/default/default/ready/", headers={"HX-Request": "true", "HX-Boosted": "true"}
+    )
     assert "<html" in whole.content.decode()
 
 
@@ -101,7 +103,9 @@ def test_a_page_past_the_end_shows_the_last_page(operator_client, seeded):
 
 
 def test_filtering_by_task_path_and_error_class(operator_client, seeded):
-    html = operator_client.get("/threadmill/default/default/failed/?task=tests.tasks.add&error=builtins.RuntimeError").content.decode()
+    html = operator_client.get(
+        "/threadmill/default/default/failed/?task=tests.tasks.add&error=builtins.RuntimeError"
+    ).content.decode()
     assert seeded["failed"] in html and "1 task matching" in html
     html = operator_client.get("/threadmill/default/default/failed/?error=builtins.KeyError").content.decode()
     assert seeded["failed"] not in html and "0 tasks matching" in html
@@ -110,10 +114,16 @@ def test_filtering_by_task_path_and_error_class(operator_client, seeded):
 @pytest.mark.parametrize(
     ("url", "reason"),
     [
-        ("/threadmill/default/default/ready/?page=abc", "The page number must be a whole number from 1, not &#x27;abc&#x27;."),
+        (
+            "/threadmill/default/default/ready/?page=abc",
+            "The page number must be a whole number from 1, not &#x27;abc&#x27;.",
+        ),
         ("/threadmill/default/default/ready/?page=0", "The page number must be a whole number from 1"),
         ("/threadmill/default/default/ready/?task=a%20b", "The task path filter must be a dotted Python path"),
-        ("/threadmill/default/default/ready/?error=%3Cscript%3E", "The error class filter must be a dotted Python path"),
+        (
+            "/threadmill/default/default/ready/?error=%3Cscript%3E",
+            "The error class filter must be a dotted Python path",
+        ),
     ],
 )
 def test_malformed_input_is_a_400_with_the_reason(operator_client, seeded, url, reason):
@@ -166,7 +176,10 @@ def test_redis_sourced_text_is_escaped_everywhere(operator_client, backend, raw)
     for url in ["/threadmill/", "/threadmill/default/default/ready/", f"/threadmill/default/task/{task_id}/"]:
         html = operator_client.get(url).content.decode()
         assert "<img src=x" not in html and '<script>alert("x")' not in html, url
-    assert "&lt;img src=x onerror=alert(1)&gt;" in operator_client.get(f"/threadmill/default/task/{task_id}/").content.decode()
+    assert (
+        "&lt;img src=x onerror=alert(1)&gt;"
+        in operator_client.get(f"/threadmill/default/task/{task_id}/").content.decode()
+    )
     from urllib.parse import quote
 
     hostile_queue = operator_client.get(f"/threadmill/default/{quote('<img src=x onerror=alert(1)>')}/ready/")

@@ -64,7 +64,9 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
             children.append(("worker pool", _start_worker(options, env)))
         children.append(("ASGI server", _start_server(options, env)))
         _wait_until_listening(options["host"], options["port"], children[-1][1])
-        command.stdout.write(f"Threadmill console: http://{options['host']}:{options['port']}/threadmill/  (Ctrl-C stops)")
+        command.stdout.write(
+            f"Threadmill console: http://{options['host']}:{options['port']}/threadmill/  (Ctrl-C stops)"
+        )
         return _wait(command, stop, children)
     finally:
         _stop_children(command, children)
@@ -119,7 +121,9 @@ def _manage(*args: str) -> list[str]:
 
 
 def _start_worker(options: dict[str, Any], env: dict[str, str]) -> subprocess.Popen:
-    args = _manage("threadmill", "worker", "-w", str(options["workers"]), "-t", str(options["threads"]), "--log-format", "text")
+    args = _manage(
+        "threadmill", "worker", "-w", str(options["workers"]), "-t", str(options["threads"]), "--log-format", "text"
+    )
     # A session of its own: a terminal's Ctrl-C reaches only this process, which then asks
     # the pool to stop once (a second signal would make the workers drop their tasks).
     return subprocess.Popen(args, env=env, start_new_session=True)
