@@ -95,6 +95,27 @@ def test_queues_take_turns_one_task_at_a_time(backend):
     assert queues in (["default", "emails"] * 4, ["emails", "default"] * 4)
 
 
+def _script_calls(backend) -> int:
+    stats = backend.client.info("commandstats")
+    return stats.get("cmdstat_evalsha", {}).get("calls", 0) + stats.get("cmdstat_eval", {}).get("calls", 0)
+
+
+@pytest.mark.parametrize(("prefetch", "calls_per_task"), [("0", (0.25, 0.35)), ("1", (1.0, 1.2))])
+def test_a_drain_costs_one_acquire_per_batch_and_few_acknowledgements(backend, prefetch, calls_per_task):
+    for i in range(400):
+        tasks.echo.enqueue(i)
+    backend.client.config_resetstat()
+
+    assert (
+        run_worker("-w", "1", "-t", "1", "-q", "default", "--prefetch-count", prefetch, "--exit-empty").returncode == 0
+    )
+
+    assert segment_counts(backend)[Segment.SUCCESSFUL] == 400
+    # A fetch of 4 costs one acquire; acknowledgements go out in batches apart from fetching.
+    fewest, most = calls_per_task
+    assert 400 * fewest <= _script_calls(backend) <= 400 * most
+
+
 def _workload():
     return (
         [tasks.echo.enqueue(i) for i in range(12)]
