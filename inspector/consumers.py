@@ -33,10 +33,22 @@ FRAGMENTS = {
 }
 
 
+_rendered: dict[str, tuple[int, str]] = {}
+
+
 def render_fragment(view: str) -> str:
-    """Render one page's live fragment, marked for an out-of-band swap."""
+    """Render one page's live fragment, marked for an out-of-band swap.
+
+    Tabs of this process that update after the same telemetry event share one render.
+    """
+    generation = api.hub().generation
+    cached = _rendered.get(view)
+    if cached and cached[0] == generation:
+        return cached[1]
     template_name, context, _ = FRAGMENTS[view]
-    return render_to_string(template_name, {**context(), "oob": True})
+    html = render_to_string(template_name, {**context(), "oob": True})
+    _rendered[view] = (generation, html)
+    return html
 
 
 class ConsoleConsumer(AsyncWebsocketConsumer):

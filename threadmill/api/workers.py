@@ -111,6 +111,8 @@ class TelemetryHub:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.started_at = 0.0
+        #: Counts the changes heard so far; a render made at one generation is current until the next.
+        self.generation = 0
 
     def start(self) -> TelemetryHub:
         """Start the subscribing thread once; later calls do nothing."""
@@ -178,6 +180,7 @@ class TelemetryHub:
 
     def _notify(self, kind: str) -> None:
         with self._lock:
+            self.generation += 1
             listeners = list(self._listeners)
         for listener in listeners:
             try:
