@@ -193,6 +193,9 @@ def test_script_and_img_onerror_payloads_in_args_execute_nothing(page, live, bac
     expect_text(page, "#raw-payload", "<img src=x onerror=")
     shot(page, "task_detail_unreadable")
     assert dialogs == []
+    page.goto("/threadmill/default/no-such-queue/ready/")
+    expect_text(page, "#reason", "No queue named 'no-such-queue' on backend 'default'.")
+    shot(page, "error")
 
 
 def test_the_overview_updates_live_while_the_demo_workload_runs(page, live):
@@ -223,6 +226,6 @@ def expect_text(page, selector: str, text: str) -> None:
 def test_screenshots_of_every_page_exist():
     # Runs last in this module: the tests above each saved the page they proved.
     names = {"queue_list", "task_list", "task_detail", "action_confirm", "purge_confirm", "audit_list", "worker_list",
-             "task_detail_unreadable"}  # fmt: skip
+             "task_detail_unreadable", "error"}  # fmt: skip
     missing = sorted(name for name in names if not (IMAGES / f"{name}.png").exists())
     assert not missing, f"missing screenshots: {missing}"

@@ -228,6 +228,12 @@ def test_the_workers_page_shows_the_snapshots_heard_on_the_telemetry_channel(ope
     assert 'data-state="stopped"' in operator_client.get("/threadmill/workers/").content.decode()
 
 
+def test_the_workers_page_as_an_htmx_request_renders_only_the_workers_table(operator_client):
+    html = operator_client.get("/threadmill/workers/", headers={"HX-Request": "true"}).content.decode()
+    assert html.lstrip().startswith('<div id="workers-table"')
+    assert "<html" not in html
+
+
 def test_a_worker_silent_for_three_intervals_is_lost():
     from threadmill import api
 
