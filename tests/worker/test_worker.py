@@ -177,6 +177,19 @@ def test_a_second_ctrl_c_exits_at_once_leaving_the_leases(backend, start_worker)
     assert segment_counts(backend)[Segment.RUNNING] == 1
 
 
+def test_a_worker_process_whose_supervisor_died_stops(backend, start_worker):
+    import psutil
+
+    worker = start_worker("-w", "1", "-q", "default")
+    child = psutil.Process(wait_until(worker.children, "the worker process starts")[0])
+
+    worker.process.kill()
+
+    child.wait(10)  # Not its parent, so the exit code is unknown here; the log says why it stopped.
+    assert not child.is_running()
+    assert "is gone; stopping" in worker.output
+
+
 def test_kill_9_mid_drain_finishes_every_task_once_or_retries_it(backend, start_worker):
     results = [tasks.counted.enqueue(str(i), 0.01) for i in range(150)]
     worker = start_worker("-w", "2", "-t", "2", "-q", "default", env=worker_env(THREADMILL_TEST_LEASE_TTL="1.5"))
