@@ -31,6 +31,7 @@ _STATUS_OF_SEGMENT = {
 }
 _VALID_STATUSES = frozenset(TaskResultStatus.values)
 _tasks: dict[tuple, Task] = {}
+_spec_texts: dict[int, tuple[Task, str]] = {}
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
 _loads = json.loads
 _fromtimestamp = datetime.fromtimestamp
@@ -102,12 +103,19 @@ def encode_new(task: Task, task_id: str, args: Any, kwargs: Any, enqueued_at: fl
     )
 
 
+def _spec_json(task: Task) -> str:
+    cached = _spec_texts.get(id(task))
+    if cached is None or cached[0] is not task:
+        cached = _spec_texts[id(task)] = (task, _dumps(task_spec(task)))
+    return cached[1]
+
+
 def encode_result(result: ThreadmillTaskResult, return_value: Any = None) -> str:
     """Return the document of `result` as it stands now, with its return value."""
-    return _dumps(
+    # The task spec is the same for every result of a task: its JSON is built once.
+    rest = _dumps(
         {
             "id": result.id,
-            "task": task_spec(result.task),
             "status": result.status.value,
             "args": result.args,
             "kwargs": result.kwargs,
@@ -122,6 +130,7 @@ def encode_result(result: ThreadmillTaskResult, return_value: Any = None) -> str
             "return_value": return_value,
         }
     )
+    return f'{{"task":{_spec_json(result.task)},{rest[1:]}'
 
 
 def _task_of(spec: dict[str, Any]) -> Task:
