@@ -97,3 +97,12 @@ def seeded(backend, raw):
         "ready": ready.id, "deferred": deferred.id, "running": running.id, "successful": succeeded.id,
         "failed": failed.id, "unreadable": unreadable.id,
     }  # fmt: skip
+
+
+@pytest.fixture(autouse=True, scope="session")
+def telemetry_hub_stops_with_the_session():
+    """Stop this process's telemetry hub before the session's server goes away."""
+    yield
+    from threadmill import api
+
+    api.hub().stop()
