@@ -43,7 +43,9 @@ class TelemetryPublisher:
         self._failing = False
 
     def run(self) -> None:
-        """Publish a running snapshot every interval until the process finishes."""
+        """Publish a running snapshot at once, then every interval until the process finishes."""
+        # The first snapshot goes out at start, so the console never shows a fresh worker as missing.
+        self.publish("running")
         while not self.process.finished.wait(SNAPSHOT_INTERVAL_S):
             self.publish("running")
 

@@ -302,11 +302,14 @@ def test_telemetry_publishes_running_snapshots_and_a_final_stopped_one(backend, 
             snapshots.append(data)
         return snapshots and snapshots[-1]["state"] == state and snapshots[-1]
 
-    running = wait_until(lambda: snapshot_in("running"), "a running snapshot arrives", 10)
+    first = wait_until(lambda: snapshot_in("running"), "a running snapshot arrives at start", 10)
+    running = wait_until(
+        lambda: (s := snapshot_in("running")) and s["tasks_done"] == 5 and s, "a snapshot counts the tasks", 10
+    )
     assert worker.stop() == 0
     stopped = wait_until(lambda: snapshot_in("stopped"), "the stopped snapshot arrives", 10)
 
-    assert running["pid"] == stopped["pid"] and running["worker"].endswith(f":{running['pid']}")
+    assert first["pid"] == running["pid"] == stopped["pid"] and running["worker"].endswith(f":{running['pid']}")
     assert (stopped["tasks_done"], stopped["threads"], stopped["busy_threads"], stopped["buffer_size"]) == (5, 2, 0, 8)
     assert running["queues"] == ["default"] and running["rss_bytes"] > 0 and running["tasks_per_minute"] > 0
     assert set(running) >= {"host", "buffer_fill", "cpu_percent", "started_at", "time", "backend"}
