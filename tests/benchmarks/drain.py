@@ -377,7 +377,7 @@ def run(
         version = server_version(ctx.client)
     # Kept when a drain fails, since the workers' logs there say why.
     shutil.rmtree(scratch, ignore_errors=True)
-    results = {q.name: summarise(q, runs[q.name]) for q in queues}
+    results = add_paired_ratios({q.name: summarise(q, runs[q.name]) for q in queues})
     figures = {"server": version, "repeats": repeats, "poll_s": POLL_S, "queues": results}
     print_drain(figures)
     print(f"\nwrote {report.write_results('drain', figures)}")
@@ -393,14 +393,30 @@ def summarise(queue: QueueUnderTest, runs: list[dict[str, Any]]) -> dict[str, An
     return {"depth": queue.depth, "worker": " ".join(queue.worker), "note": queue.note, **medians, "runs": runs}
 
 
+def add_paired_ratios(results: dict[str, Any], baseline: str = "threadmill") -> dict[str, Any]:
+    """Add each row's median ratio to threadmill's figure of the same repeat.
+
+    Repeats are interleaved, so the drains of one repeat share the machine's load of the
+    moment. The median of those paired ratios holds up better on a noisy machine than a
+    ratio of two medians.
+    """
+    if baseline not in results:
+        return results
+    base = results[baseline]["runs"]
+    for entry in results.values():
+        pairs = list(zip(entry["runs"], base, strict=True))
+        entry["paired_tasks_per_s_ratio"] = round(report.median([r["tasks_per_s"] / b["tasks_per_s"] for r, b in pairs]), 3)
+        entry["paired_cpu_ratio"] = round(report.median([r["cpu_us_per_task"] / b["cpu_us_per_task"] for r, b in pairs]), 3)
+    return results
+
+
 def print_drain(figures: dict[str, Any]) -> None:
     queues = figures["queues"]
-    baseline = queues.get("threadmill")
     rows = []
     for name, entry in queues.items():
         rate = report.spread([r["tasks_per_s"] for r in entry["runs"]]).replace(".00", "")
-        ratio_rate = f"{entry['tasks_per_s'] / baseline['tasks_per_s']:.2f}x" if baseline else "-"
-        ratio_cpu = f"{entry['cpu_us_per_task'] / baseline['cpu_us_per_task']:.2f}x" if baseline else "-"
+        ratio_rate = f"{entry['paired_tasks_per_s_ratio']:.2f}x" if "paired_tasks_per_s_ratio" in entry else "-"
+        ratio_cpu = f"{entry['paired_cpu_ratio']:.2f}x" if "paired_cpu_ratio" in entry else "-"
         rows.append([
             name, f"{entry['depth']:,}", f"{entry['tasks_per_s']:,.0f}", rate, f"{entry['cpu_us_per_task']:.0f}",
             f"{entry['server_cpu_us_per_task']:.0f}", f"{entry['redis_commands_per_task']:.1f}", ratio_rate, ratio_cpu,
@@ -408,6 +424,6 @@ def print_drain(figures: dict[str, Any]) -> None:
     report.print_table(
         f"drain, 1 process x 1 thread, echo task, results stored ({figures['server']}, median of {figures['repeats']})",
         ["queue", "tasks", "tasks/s", "runs tasks/s", "worker us CPU/task", "server us CPU/task",
-         "Redis cmds/task", "tasks/s vs threadmill", "CPU vs threadmill"],
+         "Redis cmds/task", "tasks/s vs threadmill (paired)", "CPU vs threadmill (paired)"],
         rows,
     )  # fmt: skip
