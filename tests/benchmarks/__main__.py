@@ -13,11 +13,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks per measurement (default 20,000)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per figure; the median is reported")
     parser.add_argument(
-        "--peers", default="dramatiq,celery,django-tasks-db,django-tasks-rq",
+        "--peers",
+        default="dramatiq,celery,django-tasks-db,django-tasks-rq",
         help="comma-separated peers to drain beside threadmill (an empty string drains threadmill alone)",
     )
     parser.add_argument(
-        "--prefetch", default="128",
+        "--prefetch",
+        default="128",
         help="comma-separated extra --prefetch-count values to drain threadmill with, as diagnostics (default 128)",
     )
     args = parser.parse_args()

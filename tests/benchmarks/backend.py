@@ -204,9 +204,7 @@ def print_backend(figures: dict[str, Any]) -> None:
     for key, entry in figures["round_trip"].items():
         phases = entry["phase_commands_per_task"]
         times = entry["phase_evalsha_usec_per_task"]
-        rows.append(
-            [key, f"{entry['commands_per_task']:.2f}", *(f"{phases[p]:.2f} / {times[p]:.2f}" for p in phases)]
-        )
+        rows.append([key, f"{entry['commands_per_task']:.2f}", *(f"{phases[p]:.2f} / {times[p]:.2f}" for p in phases)])
     report.print_table(
         "enqueue + acquire + acknowledge, Redis commands per task (scripts' inner calls included)",
         ["acquire/ack batch", "commands/task", "enqueue cmds / us", "acquire cmds / us", "acknowledge cmds / us"],

@@ -143,7 +143,10 @@ def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderT
     variants = [
         QueueUnderTest(name="threadmill", worker=command, note="default prefetch (4 x threads)", **common),
         QueueUnderTest(
-            name="threadmill --prefetch-count 1", worker=[*command, "--prefetch-count", "1"], note="no batching", **common
+            name="threadmill --prefetch-count 1",
+            worker=[*command, "--prefetch-count", "1"],
+            note="no batching",
+            **common,
         ),
     ]
     for count in extra_prefetch:
@@ -172,11 +175,10 @@ def peer_queues(depth: int, names: list[str]) -> list[QueueUnderTest]:
         "celery": QueueUnderTest(
             name="celery",
             system="celery",
-            worker=[
-                "-m", "celery", "-A", "tests.benchmarks.peers.celery_app", "worker", "-P", "solo", "-c", "1",
-                "-Q", "default", f"--prefetch-multiplier={PEER_PREFETCH}", "--without-gossip", "--without-mingle",
-                "--without-heartbeat", "-l", "WARNING",
-            ],  # fmt: skip
+            worker=(
+                "-m celery -A tests.benchmarks.peers.celery_app worker -P solo -c 1 -Q default"
+                f" --prefetch-multiplier={PEER_PREFETCH} --without-gossip --without-mingle --without-heartbeat -l WARNING"
+            ).split(),
             finished=celery_finished,
             depth=depth,
             note=f"solo pool, prefetch multiplier {PEER_PREFETCH}, redis results",
@@ -405,8 +407,12 @@ def add_paired_ratios(results: dict[str, Any], baseline: str = "threadmill") -> 
     base = results[baseline]["runs"]
     for entry in results.values():
         pairs = list(zip(entry["runs"], base, strict=True))
-        entry["paired_tasks_per_s_ratio"] = round(report.median([r["tasks_per_s"] / b["tasks_per_s"] for r, b in pairs]), 3)
-        entry["paired_cpu_ratio"] = round(report.median([r["cpu_us_per_task"] / b["cpu_us_per_task"] for r, b in pairs]), 3)
+        entry["paired_tasks_per_s_ratio"] = round(
+            report.median([r["tasks_per_s"] / b["tasks_per_s"] for r, b in pairs]), 3
+        )
+        entry["paired_cpu_ratio"] = round(
+            report.median([r["cpu_us_per_task"] / b["cpu_us_per_task"] for r, b in pairs]), 3
+        )
     return results
 
 

@@ -28,7 +28,9 @@ def spread(values: list[float]) -> str:
 def machine() -> dict[str, Any]:
     """Return what the figures were measured on."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         commit = ""
     return {

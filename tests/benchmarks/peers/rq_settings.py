@@ -2,10 +2,10 @@
 
 import os
 
-from tests.settings import *  # noqa: F403
+from tests.settings import *
 
 from . import RQ_DB
 
-INSTALLED_APPS = [*INSTALLED_APPS, "django_rq"]  # noqa: F405
+INSTALLED_APPS = [*INSTALLED_APPS, "django_rq"]
 RQ_QUEUES = {"default": {"URL": f"{os.environ['BENCH_REDIS_URL'].rsplit('/', 1)[0]}/{RQ_DB}"}}
 TASKS = {"default": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]}}
