@@ -92,7 +92,9 @@ class RedisBroker:
             self.backend._quarantine(task_id, queue_name, Segment.RUNNING, e, token, "reap")
             return 1
         lease_ttl = self.backend.options.lease_ttl
-        error = lease_expired_error(f"The lease of worker {worker.decode()} expired after {lease_ttl:g} s without an acknowledgement.")
+        error = lease_expired_error(
+            f"The lease of worker {worker.decode()} expired after {lease_ttl:g} s without an acknowledgement."
+        )
         mark_failed(result, error, datetime.now(UTC))
         delay = retry_delay(result)
         if delay is not None:
@@ -102,4 +104,3 @@ class RedisBroker:
             logger.error("Task %s lease expired; marked failed.", task_id)
             self.backend.acknowledge(result)
         return 1
-

@@ -42,6 +42,11 @@ def timestamp(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
+def text(value: bytes | None) -> str:
+    """Return a Redis reply as text, None as the empty string."""
+    return "" if value is None else value.decode()
+
+
 def moment(value: float | str | bytes | None) -> datetime | None:
     """Return epoch seconds (a number, or the text Redis replies with) as an aware UTC datetime."""
     if value is None or value == b"" or value == "":

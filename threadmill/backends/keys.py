@@ -10,6 +10,19 @@ from dataclasses import dataclass, field
 
 from .base import Segment
 
+#: Ready score band width: score = (100 - priority) * band + enqueue milliseconds.
+PRIORITY_BAND = 10**13
+#: The task hash fields a read of one task fetches, in this order.
+TASK_FIELDS = (
+    "data",
+    "queue",
+    "segment",
+    "started_at",
+    "lease_worker",
+    "lease_started_at",
+    "lease_token",
+    "read_error",
+)
 #: Seconds a per-minute throughput counter outlives its minute (the console shows 60).
 THROUGHPUT_COUNTER_TTL_S = 2 * 60 * 60
 

@@ -42,8 +42,7 @@ def _positive_number(alias: str, name: str, value: Any) -> float:
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ImproperlyConfigured(
-            f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a positive number of seconds or a timedelta, "
-            f"not {value!r}."
+            f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a positive number of seconds or a timedelta, not {value!r}."
         )
     return float(value)
 

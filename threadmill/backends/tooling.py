@@ -1,0 +1,221 @@
+"""Reading and managing a queue's segments: the backend's half of the tooling API.
+
+`RedisTooling` is mixed into `RedisTaskBackend`; the console reaches it only through
+`threadmill.api`. Reads take one round trip a page, whatever a segment's depth; every
+write is one Lua script.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from django.tasks import TaskResult
+from django.tasks.exceptions import TaskResultDoesNotExist
+
+from . import codec
+from .base import UNREADABLE_PAYLOAD_ERRORS, Page, Segment, ThreadmillTaskResult, UnreadableTask
+from .keys import PRIORITY_BAND, TASK_FIELDS
+from .scripts import translate_errors
+
+if TYPE_CHECKING:
+    import redis
+
+    from .keys import KeySchema
+    from .options import BackendOptions
+    from .scripts import RedisScripts
+
+#: Segments listed newest first; the others are listed in the order they are taken.
+NEWEST_FIRST = frozenset({Segment.SUCCESSFUL, Segment.FAILED, Segment.UNREADABLE})
+_FINISHED = frozenset({Segment.SUCCESSFUL, Segment.FAILED})
+
+
+class RedisTooling:
+    """Paging, counting, requeueing in bulk, deleting and purging the segments of queues."""
+
+    keys: KeySchema
+    options: BackendOptions
+    queues: set[str]
+    client: redis.Redis
+    scripts: RedisScripts
+
+    def purge(self, queue_name: str, *, segment: Segment | str) -> int:
+        """Delete a segment and the task data it owns, in batches; return how many were removed."""
+        segment = Segment.parse(segment)
+        removed = 0
+        while batch := self.scripts.purge(queue_name, segment, self.options.batch_size):
+            removed += batch
+        return removed
+
+    def delete(self, task_ids: Iterable[str]) -> int:
+        """Remove the given tasks, their data and results; return how many existed."""
+        ids = list(task_ids)
+        return self.scripts.delete(ids) if ids else 0
+
+    def peek(self, queue_name: str, *, segment: Segment | str, offset: int = 0, count: int = 50) -> Page:
+        """Return one page of a segment in queue order, with the segment's total, in one round trip."""
+        segment = Segment.parse(segment)
+        if offset < 0 or count < 1:
+            raise ValueError("peek needs offset >= 0 and count >= 1.")
+        reply = self.scripts.peek(queue_name, segment, offset, count, segment in NEWEST_FIRST)
+        items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(2, len(reply), 9)]
+        return Page(items, int(reply[0]))
+
+    def _peeked(self, queue_name: str, segment: Segment, row: list) -> TaskResult | UnreadableTask:
+        task_id = row[0].decode()
+        data, stored_result, started_at, worker, lease_started, token, read_error, score = row[1:]
+        raw = stored_result or data or b""
+        if segment is Segment.UNREADABLE:
+            return UnreadableTask(task_id, queue_name, segment, raw, codec.text(read_error))
+        try:
+            return codec.decode(
+                raw,
+                segment,
+                started_at=started_at or None,
+                lease_worker=codec.text(worker),
+                lease_started_at=codec.moment(lease_started),
+                lease_token=codec.text(token),
+                lease_deadline=codec.moment(score) if segment is Segment.RUNNING else None,
+            )
+        except UNREADABLE_PAYLOAD_ERRORS as e:
+            if segment not in _FINISHED:
+                self._quarantine(task_id, queue_name, segment, e, codec.text(token), "peek")
+            return UnreadableTask(task_id, queue_name, segment, raw, f"{type(e).__name__}: {e}")
+
+    @translate_errors
+    def queue_names(self) -> list[str]:
+        """Return every configured queue and every queue a task was enqueued on, sorted."""
+        stored = {q.decode() for q in self.client.smembers(self.keys.queues())}
+        return sorted(stored | set(self.queues))
+
+    @translate_errors
+    def queue_stats(self) -> dict[str, dict[Segment, int]]:
+        """Return, for every queue, the number of tasks in each segment."""
+        names = self.queue_names()
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            for segment in Segment:
+                pipe.zcard(self.keys.segment(name, segment))
+        counts = iter(pipe.execute())
+        return {name: {segment: next(counts) for segment in Segment} for name in names}
+
+    @translate_errors
+    def oldest_ready_enqueued_at(self, queue_names: Sequence[str]) -> dict[str, datetime | None]:
+        """Return when each queue's oldest ready task was enqueued, for its latency.
+
+        Reads the head and tail of the ready set only (two entries, whatever its depth):
+        exact when the queue uses one or two priorities, a lower bound on age otherwise.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for name in queue_names:
+            key = self.keys.segment(name, Segment.READY)
+            pipe.zrange(key, 0, 0, withscores=True)
+            pipe.zrange(key, -1, -1, withscores=True)
+        replies = pipe.execute()
+        out: dict[str, datetime | None] = {}
+        for index, name in enumerate(queue_names):
+            rows = replies[2 * index] + replies[2 * index + 1]
+            oldest = min((int(score) % PRIORITY_BAND for _, score in rows), default=None)
+            out[name] = None if oldest is None else datetime.fromtimestamp(oldest / 1000, UTC)
+        return out
+
+    @translate_errors
+    def throughput(self, queue_name: str, *, minutes: int = 60, now: float | None = None) -> dict[str, list[int]]:
+        """Return tasks in (`ingress`) and out (`egress`) of a queue per minute, oldest first."""
+        current = int((time.time() if now is None else now) // 60)
+        span = range(current - minutes + 1, current + 1)
+        keys = [self.keys.throughput(queue_name, d, m) for d in ("ingress", "egress") for m in span]
+        values = [int(v or 0) for v in self.client.mget(keys)]
+        return {"ingress": values[:minutes], "egress": values[minutes:]}
+
+    # -- console tooling (see threadmill.api) ------------------------------------------
+
+    def peek_matching(
+        self,
+        queue_name: str,
+        *,
+        segment: Segment | str,
+        needles: Sequence[str],
+        offset: int = 0,
+        count: int = 50,
+        scan_limit: int = 100_000,
+        newest_first: bool | None = None,
+    ) -> tuple[Page, bool]:
+        """Return one page of the tasks whose document contains every needle, in one round trip.
+
+        The page's total counts the matches among the first `scan_limit` entries; the
+        boolean is False when the segment is longer than that, so the total is a lower bound.
+        Without needles it is a plain page at any depth. `newest_first` None keeps the
+        segment's natural order (finished segments newest first, others in queue order).
+        """
+        segment = Segment.parse(segment)
+        if offset < 0 or count < 1:
+            raise ValueError("peek_matching needs offset >= 0 and count >= 1.")
+        reply = self.scripts.peek_matching(
+            queue_name,
+            segment,
+            offset,
+            count,
+            segment in NEWEST_FIRST if newest_first is None else newest_first,
+            scan_limit,
+            needles,
+        )
+        items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(3, len(reply), 9)]
+        if segment is Segment.DEFERRED:
+            # A deferred task's score is when it runs (a retry's backoff, not the task's own run_after).
+            scores = [codec.moment(reply[i + 8]) for i in range(3, len(reply), 9)]
+            items = [
+                item if isinstance(item, UnreadableTask) else replace(item, task=item.task.using(run_after=at))
+                for item, at in zip(items, scores, strict=True)
+            ]
+        return Page(items, int(reply[0])), bool(int(reply[1]))
+
+    def requeue_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> list[str]:
+        """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""
+        segment = Segment.parse(segment)
+        ids = list(task_ids)
+        return self.scripts.requeue_many(queue_name, segment, ids) if ids else []
+
+    def requeue_matching(self, queue_name: str, *, segment: Segment | str, needles: Sequence[str] = ()) -> list[str]:
+        """Requeue every task of a segment whose document contains every needle, one window per script call.
+
+        Returns the ids that moved. Each task moves atomically; a crash between windows
+        leaves the rest where they were.
+        """
+        segment = Segment.parse(segment)
+        moved: list[str] = []
+        cursor = 0
+        while cursor >= 0:
+            ids, cursor = self.scripts.requeue_matching(
+                queue_name, segment, cursor, self.options.batch_size, segment in NEWEST_FIRST, needles
+            )
+            moved += ids
+        return moved
+
+    @translate_errors
+    def in_segment(self, queue_name: str, segment: Segment | str, task_ids: Sequence[str]) -> list[str]:
+        """Return those of the given task ids that are in one segment of a queue now."""
+        if not task_ids:
+            return []
+        scores = self.client.zmscore(self.keys.segment(queue_name, Segment.parse(segment)), list(task_ids))
+        return [task_id for task_id, score in zip(task_ids, scores, strict=True) if score is not None]
+
+    @translate_errors
+    def peek_task(self, task_id: str) -> ThreadmillTaskResult | UnreadableTask:
+        """Return one task in whatever segment it is, an unreadable one as stored; TaskResultDoesNotExist if none."""
+        fields = self.client.hmget(self.keys.task(task_id), ("queue", "segment", "score"))
+        if fields[0] is None:
+            raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
+        queue_name, segment = fields[0].decode(), Segment(fields[1].decode())
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
+        pipe.get(self.keys.result(task_id))
+        pipe.zscore(self.keys.segment(queue_name, segment), task_id)
+        (data, _, _, started_at, worker, lease_started, token, read_error), stored_result, score = pipe.execute()
+        if data is None:
+            raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
+        row = [task_id.encode(), data, stored_result, started_at, worker, lease_started, token, read_error, score]
+        return self._peeked(queue_name, segment, row)
