@@ -9,6 +9,7 @@ server, lets the workers finish their tasks, then stops Valkey.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import signal
@@ -159,17 +160,29 @@ def _wait(command: BaseCommand, stop: threading.Event, children: list[tuple[str,
 
 
 def _stop_children(command: BaseCommand, children: list[tuple[str, subprocess.Popen]]) -> None:
-    """SIGTERM each child; a second SIGTERM to those still busy (the pool then leaves leases to the reaper); then kill."""
-    for timeout in (GRACEFUL_STOP_TIMEOUT_S, HARD_STOP_TIMEOUT_S, None):
+    _signal_children(command, children)
+    for _, child in children:
+        # Each child leads a session of its own: nothing of it may outlive the run.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+
+
+def _signal_children(command: BaseCommand, children: list[tuple[str, subprocess.Popen]]) -> None:
+    """SIGTERM each child; SIGINT to those still busy (a second Ctrl-C: the pool leaves leases to the reaper); then kill."""
+    for signum, timeout in (
+        (signal.SIGTERM, GRACEFUL_STOP_TIMEOUT_S),
+        (signal.SIGINT, HARD_STOP_TIMEOUT_S),
+        (None, None),
+    ):
         running = [(name, child) for name, child in children if child.poll() is None]
         if not running:
-            return
+            break
         for name, child in running:
             if timeout is None:
                 command.stderr.write(f"The {name} did not stop; killing it.")
                 os.killpg(child.pid, signal.SIGKILL)
             else:
-                child.send_signal(signal.SIGTERM)
+                child.send_signal(signum)
         deadline = time.monotonic() + (timeout or HARD_STOP_TIMEOUT_S)
         for _, child in running:
             try:

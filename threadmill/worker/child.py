@@ -1,7 +1,7 @@
 """The entry point of a worker process forked by the supervisor: signals, telemetry, exit code.
 
 The first SIGTERM or SIGINT stops fetching; buffered and running tasks finish and are
-acknowledged, then the process exits 0. A second SIGINT (Ctrl-C twice) exits at once and
+acknowledged, then the process exits 0. A SIGINT after either (Ctrl-C twice) exits at once and
 leaves the leases to the reaper. A process whose supervisor died stops the same graceful way.
 """
 
@@ -66,13 +66,14 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
 
 
 def _install_signal_handlers(process: WorkerProcess) -> None:
-    interrupts = []
+    received = []
 
     def stop(signum: int, frame) -> None:
-        if signum == signal.SIGINT:
-            if interrupts:
-                os._exit(EXIT_INTERRUPTED)
-            interrupts.append(signum)
+        # SIGINT after any earlier stop signal (Ctrl-C twice, or the supervisor's
+        # SIGTERM then SIGINT) means now.
+        if signum == signal.SIGINT and received:
+            os._exit(EXIT_INTERRUPTED)
+        received.append(signum)
         if process.fetching:
             logger.info("Worker process %s stopping: finishing its running and buffered tasks.", process.name)
         process.stop()
