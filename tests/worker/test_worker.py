@@ -177,6 +177,24 @@ def test_a_second_ctrl_c_exits_at_once_leaving_the_leases(backend, start_worker)
     assert segment_counts(backend)[Segment.RUNNING] == 1
 
 
+def test_sigterm_then_sigint_to_the_supervisor_stops_every_process_at_once(backend, start_worker):
+    import psutil
+
+    tasks.sleep_for.enqueue(30)
+    worker = start_worker("-w", "1", "-q", "default")
+    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
+    child = psutil.Process(worker.children()[0])
+
+    worker.process.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping" in worker.output, "the pool starts a graceful stop")
+    worker.process.send_signal(signal.SIGINT)
+
+    assert worker.process.wait(10) == 130
+    child.wait(10)
+    assert not child.is_running()
+    assert segment_counts(backend)[Segment.RUNNING] == 1
+
+
 def test_a_worker_process_whose_supervisor_died_stops(backend, start_worker):
     import psutil
 
