@@ -243,18 +243,21 @@ class RedisScripts:
             args=[offset, count, "1" if newest_first else "0", scan_limit, *needles],
         )
 
+    def _requeue_many_keys(self, queue_name: str, segment: Segment) -> list[str]:
+        k = self.keys
+        return [
+            k.task_prefix(),
+            k.result_prefix(),
+            k.segment(queue_name, Segment.READY),
+            k.segment(queue_name, segment),
+        ]
+
     @translate_errors
     def requeue_many(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
         """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""
-        k = self.keys
         reply = self._run(
             self._requeue_many,
-            keys=[
-                k.task_prefix(),
-                k.result_prefix(),
-                k.segment(queue_name, Segment.READY),
-                k.segment(queue_name, segment),
-            ],
+            keys=self._requeue_many_keys(queue_name, segment),
             args=[segment.value, "ids", *task_ids],
         )
         return [task_id.decode() for task_id in reply[2:]]
@@ -264,15 +267,9 @@ class RedisScripts:
         self, queue_name: str, segment: Segment, cursor: int, window: int, newest_first: bool, needles: Sequence[str]
     ) -> tuple[list[str], int]:
         """Requeue the matching tasks of one window of a segment; return (ids moved, next cursor or -1)."""
-        k = self.keys
         reply = self._run(
             self._requeue_many,
-            keys=[
-                k.task_prefix(),
-                k.result_prefix(),
-                k.segment(queue_name, Segment.READY),
-                k.segment(queue_name, segment),
-            ],
+            keys=self._requeue_many_keys(queue_name, segment),
             args=[segment.value, "scan", cursor, window, "1" if newest_first else "0", *needles],
         )
         return [task_id.decode() for task_id in reply[2:]], int(reply[1])
