@@ -154,24 +154,23 @@ class RedisTooling:
         segment = Segment.parse(segment)
         if offset < 0 or count < 1:
             raise ValueError("peek_matching needs offset >= 0 and count >= 1.")
-        reply = self.scripts.peek_matching(
-            queue_name,
-            segment,
-            offset,
-            count,
-            segment in NEWEST_FIRST if newest_first is None else newest_first,
-            scan_limit,
-            needles,
-        )
-        items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(3, len(reply), 9)]
+        newest_first = segment in NEWEST_FIRST if newest_first is None else newest_first
+        if needles:
+            reply = self.scripts.peek_matching(queue_name, segment, offset, count, newest_first, scan_limit, needles)
+            first_row, complete = 3, bool(int(reply[1]))
+        else:
+            # Nothing to match: a plain page read by rank, at any depth.
+            reply = self.scripts.peek(queue_name, segment, offset, count, newest_first)
+            first_row, complete = 2, True
+        items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(first_row, len(reply), 9)]
         if segment is Segment.DEFERRED:
             # A deferred task's score is when it runs (a retry's backoff, not the task's own run_after).
-            scores = [codec.moment(reply[i + 8]) for i in range(3, len(reply), 9)]
+            scores = [codec.moment(reply[i + 8]) for i in range(first_row, len(reply), 9)]
             items = [
                 item if isinstance(item, UnreadableTask) else replace(item, task=item.task.using(run_after=at))
                 for item, at in zip(items, scores, strict=True)
             ]
-        return Page(items, int(reply[0])), bool(int(reply[1]))
+        return Page(items, int(reply[0])), complete
 
     def requeue_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> list[str]:
         """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""

@@ -10,7 +10,7 @@
 -- ARGV[4] (number) most segment entries to scan
 -- ARGV[5..n] (string) needles, each matched as plain text against the result document,
 --                     else the stored payload (for unreadable tasks, also the read error);
---                     with none, the page is read by rank without scanning (any depth, O(log n))
+--                     a page without needles is peek.lua's job (read by rank, no scan)
 -- Returns: {matched, complete (1 scanned the whole segment, 0 stopped at the limit), server_seconds,
 --           id1, data1, result1, started_at1, lease_worker1, lease_started_at1, lease_token1,
 --           read_error1, score1, id2, ...}; absent values are false
@@ -31,25 +31,6 @@ local function matches(text)
     end
   end
   return true
-end
-
-if #ARGV < 5 then
-  local ids
-  if rev then
-    ids = redis.call('ZRANGE', KEYS[1], first, last - 1, 'REV', 'WITHSCORES')
-  else
-    ids = redis.call('ZRANGE', KEYS[1], first, last - 1, 'WITHSCORES')
-  end
-  for i = 1, #ids, 2 do
-    local id = ids[i]
-    local f = redis.call('HMGET', KEYS[2] .. id, 'data', 'started_at', 'lease_worker', 'lease_started_at',
-      'lease_token', 'read_error')
-    for _, value in ipairs({id, f[1], redis.call('GET', KEYS[3] .. id), f[2], f[3], f[4], f[5], f[6], ids[i + 1]}) do
-      rows[#rows + 1] = value
-    end
-  end
-  matched = total
-  scanned = total
 end
 
 while scanned < total and scanned < limit do
