@@ -89,7 +89,7 @@ class RedisBroker:
                 lease_token=token,
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
-            self.backend._quarantine(task_id, queue_name, Segment.RUNNING, e, token, "reap")
+            self.backend.quarantine_unreadable(task_id, queue_name, Segment.RUNNING, e, token, "reap")
             return 1
         lease_ttl = self.backend.options.lease_ttl
         error = lease_expired_error(

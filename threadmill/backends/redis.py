@@ -187,17 +187,10 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
                     )
                 )
             except UNREADABLE_PAYLOAD_ERRORS as e:
-                self._quarantine(task_id, rotated[int(reply[i + 4]) - 1], Segment.RUNNING, e, token, "acquire")
+                self.quarantine_unreadable(
+                    task_id, rotated[int(reply[i + 4]) - 1], Segment.RUNNING, e, token, "acquire"
+                )
         return results
-
-    def _quarantine(
-        self, task_id: str, queue_name: str, segment: Segment, error: Exception, token: str, path: str
-    ) -> None:
-        text = f"{type(error).__name__}: {error}"
-        logger.error(
-            "Task %s on queue %s is unreadable (%s path) and was quarantined: %s", task_id, queue_name, path, text
-        )
-        self.scripts.quarantine(task_id, queue_name, segment, text, token)
 
     def acknowledge(self, result: TaskResult, return_value: Any = None) -> bool:
         """Store a finished result and release its lease; False when the fence refused it."""

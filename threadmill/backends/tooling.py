@@ -7,6 +7,7 @@ write is one Lua script.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from .options import BackendOptions
     from .scripts import RedisScripts
 
+logger = logging.getLogger("threadmill.backend")
+
 #: Segments listed newest first; the others are listed in the order they are taken.
 NEWEST_FIRST = frozenset({Segment.SUCCESSFUL, Segment.FAILED, Segment.UNREADABLE})
 _FINISHED = frozenset({Segment.SUCCESSFUL, Segment.FAILED})
@@ -41,6 +44,16 @@ class RedisTooling:
     queues: set[str]
     client: redis.Redis
     scripts: RedisScripts
+
+    def quarantine_unreadable(
+        self, task_id: str, queue_name: str, segment: Segment, error: Exception, token: str, path: str
+    ) -> None:
+        """Log a payload this code cannot read, once, and move its task to the unreadable segment."""
+        text = f"{type(error).__name__}: {error}"
+        logger.error(
+            "Task %s on queue %s is unreadable (%s path) and was quarantined: %s", task_id, queue_name, path, text
+        )
+        self.scripts.quarantine(task_id, queue_name, segment, text, token)
 
     def purge(self, queue_name: str, *, segment: Segment | str) -> int:
         """Delete a segment and the task data it owns, in batches; return how many were removed."""
@@ -82,7 +95,7 @@ class RedisTooling:
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
             if segment not in _FINISHED:
-                self._quarantine(task_id, queue_name, segment, e, codec.text(token), "peek")
+                self.quarantine_unreadable(task_id, queue_name, segment, e, codec.text(token), "peek")
             return UnreadableTask(task_id, queue_name, segment, raw, f"{type(e).__name__}: {e}")
 
     @translate_errors
@@ -205,7 +218,7 @@ class RedisTooling:
     @translate_errors
     def peek_task(self, task_id: str) -> ThreadmillTaskResult | UnreadableTask:
         """Return one task in whatever segment it is, an unreadable one as stored; TaskResultDoesNotExist if none."""
-        fields = self.client.hmget(self.keys.task(task_id), ("queue", "segment", "score"))
+        fields = self.client.hmget(self.keys.task(task_id), ("queue", "segment"))
         if fields[0] is None:
             raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
         queue_name, segment = fields[0].decode(), Segment(fields[1].decode())
