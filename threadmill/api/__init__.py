@@ -14,7 +14,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
@@ -237,9 +237,11 @@ def overview(now: float | None = None) -> list[QueueSummary]:
             latency = None if oldest[queue_name] is None else max(0.0, now - oldest[queue_name].timestamp())
             overdue = bool(counts[Segment.RUNNING]) and lease_overdue(alias, queue_name, now)
             status, level = queue_status(alias, queue_name, counts, workers, now, overdue)
-            summary = QueueSummary(alias, queue_name, counts, latency, flow["ingress"], flow["egress"], status, level)
-            summary = replace(summary, minute_elapsed=(now % 60) / 60)
-            out.append(summary)
+            out.append(
+                QueueSummary(
+                    alias, queue_name, counts, latency, flow["ingress"], flow["egress"], status, level, (now % 60) / 60
+                )
+            )
     return out
 
 
