@@ -57,6 +57,14 @@ class KeySchema:
         """Counter of tasks in (`ingress`) or out (`egress`) of a queue in one epoch minute."""
         return f"{self.prefix}:{queue_name}:{direction}:{minute}"
 
+    def workers(self) -> str:
+        """Sorted set of worker process names (`host:pid`) by their last heartbeat, server seconds."""
+        return f"{self.prefix}:workers"
+
+    def worker(self, name: str) -> str:
+        """String: a worker process's last heartbeat document (JSON), expiring with it."""
+        return f"{self.prefix}:worker:{name}"
+
     def telemetry(self) -> str:
         """Pub/sub channel of ingress, egress and worker snapshot events."""
         return f"{self.prefix}:telemetry"

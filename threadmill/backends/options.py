@@ -20,6 +20,10 @@ DEFAULT_BATCH_SIZE = 100
 DEFAULT_POLL_INTERVAL_S = 0.01
 #: Default longest pause of a polling acquire, seconds.
 DEFAULT_POLL_MAX_INTERVAL_S = 1.0
+#: Default age of a worker's last heartbeat after which the broker recovers its leases, seconds.
+DEFAULT_WORKER_TIMEOUT_S = 15.0
+#: Default time a command may wait for the server's reply before the connection counts as lost, seconds.
+DEFAULT_SOCKET_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +36,21 @@ class BackendOptions:
     batch_size: int = DEFAULT_BATCH_SIZE
     poll_interval: float = DEFAULT_POLL_INTERVAL_S
     poll_max_interval: float = DEFAULT_POLL_MAX_INTERVAL_S
+    worker_timeout: float = DEFAULT_WORKER_TIMEOUT_S
+    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S
+    fsync_enqueue: bool = False
 
 
-_DURATIONS = {"lease_ttl", "result_ttl", "broker_interval", "poll_interval", "poll_max_interval"}
+_DURATIONS = {
+    "lease_ttl",
+    "result_ttl",
+    "broker_interval",
+    "poll_interval",
+    "poll_max_interval",
+    "worker_timeout",
+    "socket_timeout",
+}
+_FLAGS = {"fsync_enqueue"}
 
 
 def _positive_number(alias: str, name: str, value: Any) -> float:
@@ -58,6 +74,11 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
         )
     parsed: dict[str, Any] = {}
     for name, value in raw.items():
+        if name in _FLAGS:
+            if not isinstance(value, bool):
+                raise ImproperlyConfigured(f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be True or False, not {value!r}.")
+            parsed[name] = value
+            continue
         number = _positive_number(alias, name, value)
         if name == "batch_size":
             if number != int(number):
