@@ -13,6 +13,13 @@ class AcknowledgementTimeout(ThreadmillError):
     """Raised (and recorded as a task error) when a task's lease expired before it was acknowledged."""
 
 
+class AttemptAbandoned(ThreadmillError):
+    """Raised (and recorded as a task error) when a started attempt was given up before it finished.
+
+    Its worker died or stopped, or the task was requeued while it ran; the task runs again.
+    """
+
+
 class LeaseLost(ThreadmillError):
     """Raised when a fenced write is refused because the task was leased again since."""
 

@@ -12,7 +12,7 @@ from traceback import format_exception
 from django.tasks import TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 
-from .exceptions import AcknowledgementTimeout
+from .exceptions import AcknowledgementTimeout, AttemptAbandoned
 from .retry import next_retry_delay
 
 
@@ -48,3 +48,14 @@ def lease_expired_error(message: str) -> TaskError:
     """Return the TaskError the reaper records for a lease that expired."""
     path = class_path(AcknowledgementTimeout)
     return TaskError(exception_class_path=path, traceback=f"{path}: {message}\n")
+
+
+def abandoned_error(message: str) -> TaskError:
+    """Return the TaskError recorded for an attempt that was given up (its worker died, stopped, or it was requeued)."""
+    path = class_path(AttemptAbandoned)
+    return TaskError(exception_class_path=path, traceback=f"{path}: {message}\n")
+
+
+def record_abandoned(result: TaskResult, message: str) -> None:
+    """Record on a running task's result (its lease applied) that this attempt was abandoned and why."""
+    result.errors.append(abandoned_error(message))
