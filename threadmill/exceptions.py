@@ -9,6 +9,13 @@ class BackendConnectionError(ThreadmillError):
     """Raised when the Redis server cannot be reached or answers with an error."""
 
 
+class ServerUnreachable(BackendConnectionError):
+    """Raised when the Redis server cannot be reached or does not answer within `socket_timeout`.
+
+    Unlike a refused command, this is transient: a worker keeps its tasks and tries again.
+    """
+
+
 class AcknowledgementTimeout(ThreadmillError):
     """Raised (and recorded as a task error) when a task's lease expired before it was acknowledged."""
 
@@ -18,6 +25,10 @@ class AttemptAbandoned(ThreadmillError):
 
     Its worker died or stopped, or the task was requeued while it ran; the task runs again.
     """
+
+
+class WorkerLost(AttemptAbandoned):
+    """Raised (and recorded as a task error) when a task's worker stopped sending heartbeats while it ran."""
 
 
 class LeaseLost(ThreadmillError):

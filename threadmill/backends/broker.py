@@ -2,9 +2,16 @@
 
 The **mover** promotes deferred tasks whose run_after has passed. The **reaper** claims
 leases whose deadline passed on the server's clock, then fails each task with
-`AcknowledgementTimeout` or retries it per its retry policy. A claim gives the task a
-new fencing token, so two brokers never handle one task and a late acknowledgement by
-the original worker is refused.
+`AcknowledgementTimeout` or retries it per its retry policy. **Recovery** claims the leases
+of worker processes whose heartbeat is older than `worker_timeout`: a task that never
+started goes back to ready as it was; one that was running goes back with the lost
+attempt recorded (`WorkerLost`), unless it lost its worker `WORKER_LOSS_LIMIT` times in a
+row. A claim gives the task a new fencing token, so two brokers never handle one task and
+a late acknowledgement by the original worker is refused.
+
+Recovery runs only once this broker has reached the server without a failure for
+`worker_timeout + socket_timeout`: after an outage every worker's heartbeat is stale, and
+live workers need that long to send their next one.
 """
 
 from __future__ import annotations
@@ -12,10 +19,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..outcome import lease_expired_error, mark_failed, retry_delay
+from ..outcome import keeps_losing_its_worker, lease_expired_error, mark_failed, record_worker_lost, retry_delay
 from . import codec
 from .base import UNREADABLE_PAYLOAD_ERRORS, Segment
 
@@ -26,6 +34,8 @@ logger = logging.getLogger("threadmill.broker")
 
 #: Seconds a reaper holds a claimed task while it decides its fate.
 CLAIM_WINDOW_S = 60.0
+#: Most running entries of one queue a recovery call looks through for a dead worker's leases.
+RECOVERY_SCAN_LIMIT = 10_000
 
 
 class RedisBroker:
@@ -34,6 +44,8 @@ class RedisBroker:
     def __init__(self, backend: RedisTaskBackend, queue_names: list[str] | None = None) -> None:
         self.backend = backend
         self.queue_names = queue_names
+        #: Monotonic time since which every pass reached the server; None after a failure.
+        self._reachable_since: float | None = None
 
     def queues(self) -> list[str]:
         return self.queue_names or self.backend.queue_names()
@@ -45,12 +57,25 @@ class RedisBroker:
             stop.wait(self.backend.options.broker_interval)
 
     def run_once(self) -> tuple[int, int]:
-        """Run one mover and one reaper pass over every queue; return (promoted, reaped)."""
+        """Run one mover, reaper and recovery pass over every queue; return (promoted, reaped and recovered)."""
         promoted = reaped = 0
-        for queue_name in self.queues():
-            promoted += self.move(queue_name)
-            reaped += self.reap(queue_name)
+        recovering = self._trusts_heartbeats(time.monotonic())
+        try:
+            for queue_name in self.queues():
+                promoted += self.move(queue_name)
+                reaped += self.reap(queue_name)
+                if recovering:
+                    reaped += self.recover(queue_name)
+        except Exception:
+            self._reachable_since = None
+            raise
         return promoted, reaped
+
+    def _trusts_heartbeats(self, now: float) -> bool:
+        if self._reachable_since is None:
+            self._reachable_since = now
+        options = self.backend.options
+        return now - self._reachable_since >= options.worker_timeout + options.socket_timeout
 
     def move(self, queue_name: str) -> int:
         """Promote every due deferred task of a queue to ready; return how many."""
@@ -104,3 +129,70 @@ class RedisBroker:
             logger.error("Task %s lease expired; marked failed.", task_id)
             self.backend.acknowledge(result)
         return 1
+
+    def recover(self, queue_name: str) -> int:
+        """Take back every lease of a queue held by a worker whose heartbeat stopped; return how many."""
+        options = self.backend.options
+        forget_after = options.lease_ttl + options.worker_timeout
+        total = 0
+        running_by_worker: dict[str, set[str] | None] = {}
+        while True:
+            reply = self.backend.scripts.claim_abandoned(
+                queue_name,
+                options.worker_timeout,
+                forget_after,
+                options.batch_size,
+                RECOVERY_SCAN_LIMIT,
+                CLAIM_WINDOW_S,
+                os.urandom(6).hex(),
+            )
+            rows = [reply[i : i + 7] for i in range(1, len(reply), 7)]
+            for row in rows:
+                total += self._recover_one(queue_name, running_by_worker, *row)
+            if len(rows) < options.batch_size:
+                return total
+
+    def _recover_one(
+        self, queue_name: str, running_by_worker, task_id, data, worker, lease_started, started_at, token, age
+    ) -> int:
+        task_id, worker, token = task_id.decode(), worker.decode(), token.decode()
+        if not data:
+            logger.info("Lease of task %s held by lost worker %s: the task is already gone.", task_id, worker)
+            return 0
+        try:
+            result = codec.decode(
+                data,
+                Segment.RUNNING,
+                started_at=started_at or None,
+                lease_worker=worker,
+                lease_started_at=codec.moment(lease_started),
+                lease_token=token,
+            )
+        except UNREADABLE_PAYLOAD_ERRORS as e:
+            self.backend.quarantine_unreadable(task_id, queue_name, Segment.RUNNING, e, token, "recover")
+            return 1
+        if worker not in running_by_worker:
+            running_by_worker[worker] = self._running_on(worker)
+        running = running_by_worker[worker]
+        if running is not None and task_id not in running:
+            logger.warning("Worker %s is lost; task %s had not started and goes back to ready.", worker, task_id)
+            self.backend.release([result])
+            return 1
+        record_worker_lost(
+            result, f"Worker {worker} sent no heartbeat for {float(age):.1f} s while this attempt ran; it was lost."
+        )
+        if keeps_losing_its_worker(result):
+            logger.error("Task %s lost its worker %d times in a row; marked failed.", task_id, result.attempts)
+            mark_failed(result, result.errors.pop(), datetime.now(UTC))
+            self.backend.acknowledge(result)
+        else:
+            logger.warning("Worker %s is lost; task %s was running and goes back to ready.", worker, task_id)
+            self.backend.requeue(result)
+        return 1
+
+    def _running_on(self, worker: str) -> set[str] | None:
+        """Return the ids a worker's last heartbeat said were running, or None when that is unknown."""
+        document = self.backend.worker_document(worker)
+        if document is None or not isinstance(document.get("running"), list):
+            return None
+        return set(document["running"])

@@ -8,6 +8,7 @@ state change is one Lua script; a payload this code cannot read is quarantined i
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -38,6 +39,9 @@ from .scripts import RedisScripts, translate_errors
 from .tooling import RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
+
+#: Most running entries of one queue `release_unanswered` looks through.
+RELEASE_SCAN_LIMIT = 100_000
 
 
 def default_worker_name() -> str:
@@ -71,7 +75,14 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     def client(self) -> redis.Redis:
         """The redis-py client, created on first use (replies are bytes)."""
         if self._client is None:
-            self._client = redis.Redis.from_url(self.redis_url, decode_responses=False)
+            # A timeout on every read, so a hung server (SIGSTOP, a dead host) fails a call
+            # instead of blocking its thread for good; the worker then backs off and retries.
+            self._client = redis.Redis.from_url(
+                self.redis_url,
+                decode_responses=False,
+                socket_timeout=self.options.socket_timeout,
+                socket_connect_timeout=self.options.socket_timeout,
+            )
         return self._client
 
     @property
@@ -141,20 +152,27 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     # -- the worker's verbs -----------------------------------------------------------
 
     def acquire(
-        self, *queue_names: str, count: int = 1, worker: str = "", timeout: timedelta | None = None
+        self,
+        *queue_names: str,
+        count: int = 1,
+        worker: str = "",
+        timeout: timedelta | None = None,
+        token_base: str = "",
     ) -> list[ThreadmillTaskResult]:
         """Lease up to `count` ready tasks round-robin across `queue_names` in one atomic call.
 
         With `timeout` None this tries once; with a timedelta it polls with exponential
         backoff until a task arrives or the time is up. An empty list means none arrived.
-        Payloads this code cannot read are quarantined and not returned.
+        Payloads this code cannot read are quarantined and not returned. Each lease's
+        token starts with `token_base` (random unless given), so the leases of a call whose
+        reply was lost can be found again with `release_unanswered`.
         """
         queues = list(queue_names) or sorted(self.queues)
         worker = worker or default_worker_name()
         deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
         pause = self.options.poll_interval
         while True:
-            results = self._acquire_once(queues, count, worker)
+            results = self._acquire_once(queues, count, worker, token_base or os.urandom(6).hex())
             if results or deadline is None:
                 return results
             remaining = deadline - time.monotonic()
@@ -163,11 +181,11 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, self.options.poll_max_interval)
 
-    def _acquire_once(self, queues: list[str], count: int, worker: str) -> list[ThreadmillTaskResult]:
+    def _acquire_once(self, queues: list[str], count: int, worker: str, token_base: str) -> list[ThreadmillTaskResult]:
         shift = self._rotation % len(queues)
         self._rotation += 1
         rotated = queues[shift:] + queues[:shift]
-        reply = self.scripts.acquire(rotated, count, worker, self.options.lease_ttl, os.urandom(6).hex())
+        reply = self.scripts.acquire(rotated, count, worker, self.options.lease_ttl, token_base)
         now = int(reply[0]) + int(reply[1]) / 1e6
         lease_start = datetime.fromtimestamp(now, UTC)
         deadline = datetime.fromtimestamp(now + self.options.lease_ttl, UTC)
@@ -212,6 +230,36 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
                     result.lease_token,
                 )
         return [bool(ok) for ok in accepted]
+
+    def release(self, results: Sequence[ThreadmillTaskResult]) -> int:
+        """Hand leased tasks that never started back to ready, where they were, with no attempt recorded.
+
+        Fenced per task by its lease token: a task whose lease was taken over is left alone.
+        Returns how many went back.
+        """
+        if not results:
+            return 0
+        return self.scripts.release([(r.id, r.task.queue_name, r.lease_token) for r in results])
+
+    def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str]) -> int:
+        """Hand back to ready the leases that acquire calls with these token bases took; return how many.
+
+        For calls whose reply never arrived (a timeout, a dropped connection): the server may
+        have run them, leasing tasks to a worker that never saw them.
+        """
+        if not token_bases:
+            return 0
+        return self.scripts.release_unanswered(list(queue_names), list(token_bases), RELEASE_SCAN_LIMIT)
+
+    def heartbeat(self, worker: str, document: dict[str, Any] | None, *, publish: bool = True) -> float:
+        """Record that `worker` is alive with its `document` (also published as telemetry); return the server time.
+
+        `document` None says goodbye: the worker handed everything back and leaves the workers set.
+        The document outlives the heartbeat by `lease_ttl`, so the broker can still read a dead worker's.
+        """
+        text = "" if document is None else json.dumps(document)
+        ttl = self.options.lease_ttl + self.options.worker_timeout
+        return float(self.scripts.heartbeat(worker, text, ttl, publish))
 
     def requeue(self, task: str | TaskResult, *, run_after: datetime | timedelta | None = None) -> bool:
         """Move a task back to ready (or to deferred with `run_after`), keeping its id.

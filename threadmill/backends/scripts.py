@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from ..exceptions import BackendConnectionError
+from ..exceptions import BackendConnectionError, ServerUnreachable
 from .base import Segment
 from .keys import THROUGHPUT_COUNTER_TTL_S, KeySchema
 
@@ -35,14 +35,14 @@ def _source(name: str) -> str:
 
 
 def translate_errors(method):
-    """Re-raise redis-py's connection and response errors as BackendConnectionError."""
+    """Re-raise redis-py's errors: connection losses and timeouts as ServerUnreachable, the rest as BackendConnectionError."""
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         try:
             return method(*args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise BackendConnectionError(f"Cannot reach the Redis server: {e}") from e
+            raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
         except redis.ResponseError as e:
             raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
 
@@ -85,6 +85,10 @@ class RedisScripts:
         self._peek = register(_source("peek"))
         self._peek_matching = register(_source("peek_matching"))
         self._requeue_many = register(_source("requeue_many"))
+        self._heartbeat = register(_source("heartbeat"))
+        self._claim_abandoned = register(_source("claim_abandoned"))
+        self._release = register(_source("release"))
+        self._release_unanswered = register(_source("release_unanswered"))
 
     def _connection(self):
         local = self._local
@@ -273,3 +277,51 @@ class RedisScripts:
             args=[segment.value, "scan", cursor, window, "1" if newest_first else "0", *needles],
         )
         return [task_id.decode() for task_id in reply[2:]], int(reply[1])
+
+    @translate_errors
+    def heartbeat(self, worker: str, document: str, document_ttl_s: float, publish: bool) -> bytes:
+        """Record a worker's heartbeat (or, with an empty document, its goodbye); return the server's time."""
+        k = self.keys
+        return self._run(
+            self._heartbeat,
+            keys=[k.workers(), k.worker(worker)],
+            args=[worker, document, document_ttl_s, k.telemetry() if publish and document else ""],
+        )
+
+    @translate_errors
+    def claim_abandoned(
+        self,
+        queue_name: str,
+        worker_timeout_s: float,
+        forget_after_s: float,
+        batch_size: int,
+        scan_limit: int,
+        claim_window_s: float,
+        token_base: str,
+    ) -> list:
+        k = self.keys
+        return self._run(
+            self._claim_abandoned,
+            keys=[k.workers(), k.segment(queue_name, Segment.RUNNING), k.task_prefix()],
+            args=[worker_timeout_s, forget_after_s, batch_size, scan_limit, claim_window_s, token_base],
+        )
+
+    @translate_errors
+    def release(self, leases: Sequence[tuple[str, str, str]]) -> int:
+        """Hand (task id, queue, lease token) leases that never started back to ready; return how many."""
+        k = self.keys
+        keys = [k.task_prefix()]
+        args: list[str] = []
+        for task_id, queue_name, token in leases:
+            keys += [k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, Segment.READY)]
+            args += [task_id, token]
+        return self._run(self._release, keys=keys, args=args)
+
+    @translate_errors
+    def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str], scan_limit: int) -> int:
+        """Hand back leases taken by acquire calls (by token base) whose reply was lost; return how many."""
+        k = self.keys
+        keys = [k.task_prefix()]
+        for queue_name in queue_names:
+            keys += [k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, Segment.READY)]
+        return self._run(self._release_unanswered, keys=keys, args=[scan_limit, *token_bases])

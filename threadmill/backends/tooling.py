@@ -7,6 +7,7 @@ write is one Lua script.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -105,6 +106,17 @@ class RedisTooling:
         return sorted(stored | set(self.queues))
 
     @translate_errors
+    @translate_errors
+    def worker_heartbeats(self) -> dict[str, float]:
+        """Return every worker process that sent a heartbeat and not its goodbye: name -> last heartbeat, epoch s."""
+        return {name.decode(): score for name, score in self.client.zrange(self.keys.workers(), 0, -1, withscores=True)}
+
+    @translate_errors
+    def worker_document(self, name: str) -> dict | None:
+        """Return a worker's last heartbeat document, or None once it expired or the worker said goodbye."""
+        raw = self.client.get(self.keys.worker(name))
+        return None if raw is None else json.loads(raw)
+
     def queue_stats(self) -> dict[str, dict[Segment, int]]:
         """Return, for every queue, the number of tasks in each segment."""
         names = self.queue_names()

@@ -4,8 +4,11 @@ It is single threaded, so forking is safe: the mover and reaper passes run on it
 thread between waits on the children's sentinels. A child that exits is replaced, unless
 the pool is stopping, or it drained its queues under `--exit-empty` (exit code 0).
 A child that dies young is respawned after a growing pause, so a broken broker is not
-hammered. SIGTERM or Ctrl-C is passed on to the children, which finish their tasks; a
-second Ctrl-C stops everything at once.
+hammered. SIGTERM or Ctrl-C is passed on to the children, which hand their buffered tasks
+back and let running ones finish within `--shutdown-timeout`; a child still alive
+`SHUTDOWN_GRACE_S` after that is killed. A second SIGTERM or Ctrl-C stops everything at once.
+If the supervisor itself is killed, its children notice within a second and stop the same
+bounded way.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ RESPAWN_PAUSE_S = 0.1
 RESPAWN_MAX_PAUSE_S = 10.0
 #: A worker process that lived at least this long resets the respawn pause, seconds.
 HEALTHY_LIFETIME_S = 30.0
+#: Seconds past the shutdown timeout a stopping worker process gets to hand back and exit before it is killed.
+SHUTDOWN_GRACE_S = 3.0
 
 
 class Supervisor:
@@ -47,6 +52,7 @@ class Supervisor:
         self.children: dict[int, tuple[multiprocessing.Process, float]] = {}
         self.stopping = False
         self.interrupted = False
+        self._kill_at = float("inf")
         self._respawn_at: dict[int, float] = {}
         self._pause = RESPAWN_PAUSE_S
         self._next_broker_pass = 0.0
@@ -89,8 +95,10 @@ class Supervisor:
             elif now >= at:
                 del self._respawn_at[slot]
                 self._spawn(slot)
-        deadlines = [self._next_broker_pass, *self._respawn_at.values()]
-        timeout = None if self.stopping else max(0.0, min(deadlines) - time.monotonic())
+        if self.stopping and now >= self._kill_at:
+            self._kill_children()
+        deadlines = [self._kill_at] if self.stopping else [self._next_broker_pass, *self._respawn_at.values()]
+        timeout = None if min(deadlines) == float("inf") else max(0.0, min(deadlines) - time.monotonic())
         ready = wait([wake_read, *(process.sentinel for process, _ in self.children.values())], timeout)
         if wake_read in ready:
             os.read(wake_read, 512)
@@ -150,15 +158,24 @@ class Supervisor:
 
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, frame) -> None:
-            if self.stopping and signum == signal.SIGINT:
+            if self.stopping:
+                # A second SIGTERM or SIGINT: the children drop everything (the broker recovers their leases).
                 self.interrupted = True
                 self._signal_children(signal.SIGINT)
                 os._exit(EXIT_INTERRUPTED)
             self.stopping = True
+            self._kill_at = time.monotonic() + self.config.shutdown_timeout + SHUTDOWN_GRACE_S
             self._signal_children(signal.SIGTERM)
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+
+    def _kill_children(self) -> None:
+        for process, _ in self.children.values():
+            if process.is_alive():
+                logger.error("Worker process %s did not stop within its shutdown timeout; killing it.", process.pid)
+        self._signal_children(signal.SIGKILL)
+        self._kill_at = float("inf")
 
     def _signal_children(self, signum: int) -> None:
         for process, _ in self.children.values():
