@@ -389,3 +389,19 @@ def test_a_bad_option_is_a_one_line_error(args, message):
     assert done.returncode != 0
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert message in done.stderr
+
+
+def test_the_supervisor_kills_a_worker_process_that_outlives_its_shutdown_timeout(backend, start_worker):
+    tasks.sleep_for.enqueue(30)
+    worker = start_worker("-w", "1", "--shutdown-timeout", "0.5", "-q", "default")
+    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
+    child = psutil.Process(worker.children()[0])
+    child.suspend()  # A process that cannot hand back or exit.
+    stopped_at = time.monotonic()
+
+    assert worker.stop(signal.SIGTERM) == 0
+
+    assert time.monotonic() - stopped_at < 0.5 + 3 + 2
+    child.wait(5)
+    assert not child.is_running()
+    assert "did not stop within its shutdown timeout; killing it" in worker.output
