@@ -102,7 +102,7 @@ class EmbeddedValkey:
             "--logfile", "valkey.log",
         ]  # fmt: skip
         lifeline = die_with_parent(os.getpid()) if self.stop_with_parent else None
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=lifeline)
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=lifeline)  # noqa: PLW1509 - only prctl
         self._wait_until_ready()
         return self
 

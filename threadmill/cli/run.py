@@ -157,13 +157,13 @@ def _start_worker(options: dict[str, Any], env: dict[str, str]) -> subprocess.Po
     )
     # A session of its own: a terminal's Ctrl-C reaches only this process, which then asks
     # the pool to stop once (a second signal would make the workers drop their tasks).
-    return subprocess.Popen(args, env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+    return subprocess.Popen(args, env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))  # noqa: PLW1509 - only prctl
 
 
 def _start_server(options: dict[str, Any], env: dict[str, str]) -> subprocess.Popen:
     module, _, attribute = settings.ASGI_APPLICATION.rpartition(".")
     args = [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"]), f"{module}:{attribute}"]
-    return subprocess.Popen(args, env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+    return subprocess.Popen(args, env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))  # noqa: PLW1509 - only prctl
 
 
 def _wait_until_listening(host: str, port: int, server: subprocess.Popen) -> None:
