@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -147,18 +148,24 @@ class RedisBroker:
                 os.urandom(6).hex(),
             )
             rows = [reply[i : i + 7] for i in range(1, len(reply), 7)]
+            fates: Counter[tuple[str, str]] = Counter()
             for row in rows:
-                total += self._recover_one(queue_name, running_by_worker, *row)
+                fates[row[2].decode(), self._recover_one(queue_name, running_by_worker, *row)] += 1
+            for (worker, fate), count in sorted(fates.items()):
+                logger.warning(
+                    "Worker %s is lost (no heartbeat): %d of its tasks on queue %s %s.", worker, count, queue_name, fate
+                )
+            total += len(rows)
             if len(rows) < options.batch_size:
                 return total
 
     def _recover_one(
         self, queue_name: str, running_by_worker, task_id, data, worker, lease_started, started_at, token, age
-    ) -> int:
+    ) -> str:
+        """Settle one task claimed from a lost worker; return what became of it, for the log."""
         task_id, worker, token = task_id.decode(), worker.decode(), token.decode()
         if not data:
-            logger.info("Lease of task %s held by lost worker %s: the task is already gone.", task_id, worker)
-            return 0
+            return "were already gone"
         try:
             result = codec.decode(
                 data,
@@ -170,14 +177,13 @@ class RedisBroker:
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
             self.backend.quarantine_unreadable(task_id, queue_name, Segment.RUNNING, e, token, "recover")
-            return 1
+            return "were unreadable and quarantined"
         if worker not in running_by_worker:
             running_by_worker[worker] = self._running_on(worker)
         running = running_by_worker[worker]
         if running is not None and task_id not in running:
-            logger.warning("Worker %s is lost; task %s had not started and goes back to ready.", worker, task_id)
             self.backend.release([result])
-            return 1
+            return "had not started and went back to ready"
         record_worker_lost(
             result, f"Worker {worker} sent no heartbeat for {float(age):.1f} s while this attempt ran; it was lost."
         )
@@ -185,10 +191,9 @@ class RedisBroker:
             logger.error("Task %s lost its worker %d times in a row; marked failed.", task_id, result.attempts)
             mark_failed(result, result.errors.pop(), datetime.now(UTC))
             self.backend.acknowledge(result)
-        else:
-            logger.warning("Worker %s is lost; task %s was running and goes back to ready.", worker, task_id)
-            self.backend.requeue(result)
-        return 1
+            return "kept losing their worker and were marked failed"
+        self.backend.requeue(result)
+        return "were running and went back to ready, the lost attempt recorded"
 
     def _running_on(self, worker: str) -> set[str] | None:
         """Return the ids a worker's last heartbeat said were running, or None when that is unknown."""

@@ -225,7 +225,8 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         for (result, _), ok in zip(outcomes, accepted, strict=True):
             if not ok:
                 logger.warning(
-                    "Acknowledgement of task %s refused: its lease (token %s) expired and the task was leased again.",
+                    "Acknowledgement of task %s refused: it no longer holds lease %s (taken back by the broker, "
+                    "or already acknowledged by a call whose reply was lost).",
                     result.id,
                     result.lease_token,
                 )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from ..backends.redis import RedisBroker
+from ..exceptions import ServerUnreachable
 from .child import STOP_SIGNALS, run_worker_process
 from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, WorkerConfig
 
@@ -107,11 +108,17 @@ class Supervisor:
     def _broker_pass(self) -> None:
         try:
             self.broker.run_once()
+        except ServerUnreachable as e:
+            if not self._broker_failing:
+                logger.warning("A broker pass cannot reach the server (%s); it is retried every pass.", e)
+            self._broker_failing = True
         except Exception:
             if not self._broker_failing:
-                logger.exception("A broker pass (mover and reaper) failed; it is retried every pass.")
+                logger.exception("A broker pass (mover, reaper and recovery) failed; it is retried every pass.")
             self._broker_failing = True
         else:
+            if self._broker_failing:
+                logger.warning("Broker passes work again.")
             self._broker_failing = False
 
     def _spawn(self, slot: int) -> None:
