@@ -24,6 +24,11 @@ def _records(stderr: str) -> list[dict]:
     return [json.loads(line) for line in stderr.splitlines()]
 
 
+def _wait_until_started(backend, key: str) -> None:
+    """Wait until a `counted` task runs on a consumer (leased is not enough: it may still be buffered)."""
+    wait_until(lambda: backend.client.hget("test:runs", key), f"task {key!r} runs")
+
+
 def _by_start(results):
     return sorted(results, key=lambda r: r.started_at)
 
@@ -167,9 +172,9 @@ def test_sigterm_hands_buffered_tasks_back_at_once_and_lets_running_ones_finish(
 
 
 def test_sigterm_hands_back_a_task_still_running_at_the_shutdown_timeout(backend, start_worker):
-    result = tasks.sleep_for.enqueue(30)
+    result = tasks.counted.enqueue("long", 30)
     worker = start_worker("-w", "1", "--shutdown-timeout", "0.5", "-q", "default")
-    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
+    _wait_until_started(backend, "long")
     stopped_at = time.monotonic()
 
     assert worker.stop(signal.SIGTERM) == 0, worker.output
@@ -185,9 +190,9 @@ def test_sigterm_hands_back_a_task_still_running_at_the_shutdown_timeout(backend
 
 
 def test_a_second_sigterm_exits_at_once_and_leaves_the_lease_to_the_broker(backend, start_worker):
-    tasks.sleep_for.enqueue(30)
+    tasks.counted.enqueue("long", 30)
     worker = start_worker("-w", "1", "-q", "default")
-    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
+    _wait_until_started(backend, "long")
 
     worker.process.send_signal(signal.SIGTERM)
     wait_until(lambda: "stopping" in worker.output, "the pool starts a bounded stop")
@@ -199,9 +204,9 @@ def test_a_second_sigterm_exits_at_once_and_leaves_the_lease_to_the_broker(backe
 
 
 def test_a_second_ctrl_c_exits_at_once_leaving_the_leases(backend, start_worker):
-    tasks.sleep_for.enqueue(30)
+    tasks.counted.enqueue("long", 30)
     worker = start_worker("-w", "1", "-q", "default")
-    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
+    _wait_until_started(backend, "long")
     child = worker.children()[0]
 
     # A terminal's Ctrl-C reaches the supervisor only: its worker processes lead groups of their own.
@@ -218,9 +223,9 @@ def test_a_second_ctrl_c_exits_at_once_leaving_the_leases(backend, start_worker)
 def test_sigterm_then_sigint_to_the_supervisor_stops_every_process_at_once(backend, start_worker):
     import psutil
 
-    tasks.sleep_for.enqueue(30)
+    tasks.counted.enqueue("long", 30)
     worker = start_worker("-w", "1", "-q", "default")
-    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
+    _wait_until_started(backend, "long")
     child = psutil.Process(worker.children()[0])
 
     worker.process.send_signal(signal.SIGTERM)
@@ -392,9 +397,9 @@ def test_a_bad_option_is_a_one_line_error(args, message):
 
 
 def test_the_supervisor_kills_a_worker_process_that_outlives_its_shutdown_timeout(backend, start_worker):
-    tasks.sleep_for.enqueue(30)
+    tasks.counted.enqueue("long", 30)
     worker = start_worker("-w", "1", "--shutdown-timeout", "0.5", "-q", "default")
-    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
+    _wait_until_started(backend, "long")
     child = psutil.Process(worker.children()[0])
     child.suspend()  # A process that cannot hand back or exit.
     stopped_at = time.monotonic()
