@@ -1,32 +1,84 @@
-"""Run the benchmarks: `python -m tests.benchmarks [backend] [drain] [options]`."""
+"""Run the benchmarks: `python -m tests.benchmarks [backend] [drain] [idle] [deferred] [enqueue] [charts] [options]`.
+
+With no name it runs every benchmark, then renders the charts. `charts` alone re-renders
+the charts from the JSON results without measuring anything.
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
 
-BENCHMARKS = ("backend", "drain")
+BENCHMARKS = ("backend", "drain", "idle", "deferred", "enqueue")
+#: Peers each benchmark knows; --peers picks among them and each benchmark takes the ones it knows.
+KNOWN_PEERS = {
+    "drain": ("dramatiq", "celery", "django-tasks-db", "django-tasks-rq"),
+    "idle": ("celery", "dramatiq", "huey", "rq"),
+    "deferred": ("celery", "dramatiq", "huey", "rq"),
+    "enqueue": ("dramatiq", "celery", "huey", "rq"),
+}
 
 
-def main() -> None:
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so every `finally` stops the processes a benchmark started."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
-    parser.add_argument("benchmarks", nargs="*", metavar="backend|drain", help="which to run (default both)")
-    parser.add_argument("--tasks", type=int, default=20_000, help="tasks per measurement (default 20,000)")
+    parser.add_argument(
+        "benchmarks", nargs="*", metavar="|".join([*BENCHMARKS, "charts"]), help="which to run (default all)"
+    )
+    parser.add_argument("--tasks", type=int, default=20_000, help="tasks per drain, backend and enqueue measurement")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per figure; the median is reported")
     parser.add_argument(
         "--peers",
-        default="dramatiq,celery,django-tasks-db,django-tasks-rq",
-        help="comma-separated peers to drain beside threadmill (an empty string drains threadmill alone)",
+        default=None,
+        help="comma-separated peers to measure beside threadmill, each benchmark taking those it knows "
+        "(default: drain dramatiq,celery,django-tasks-db,django-tasks-rq; idle and deferred celery,dramatiq,huey,rq; "
+        "enqueue dramatiq,celery; an empty string measures threadmill alone)",
     )
     parser.add_argument(
         "--prefetch",
         default="128",
         help="comma-separated extra --prefetch-count values to drain threadmill with, as diagnostics (default 128)",
     )
+    parser.add_argument("--samples", type=int, default=30, help="probe tasks per queue for idle and deferred")
+    parser.add_argument("--seed", type=int, default=9, help="seed of the idle gaps and deferred leads")
+    parser.add_argument(
+        "--pool-workers", type=int, default=10, help="worker processes of the idle pool measured at rest (0 skips it)"
+    )
+    parser.add_argument("--batch", type=int, default=100, help="tasks per enqueue_many call (default 100)")
     args = parser.parse_args()
-    args.benchmarks = args.benchmarks or list(BENCHMARKS)
-    unknown = set(args.benchmarks) - set(BENCHMARKS)
+    everything = not args.benchmarks
+    args.benchmarks = args.benchmarks or [*BENCHMARKS, "charts"]
+    unknown = set(args.benchmarks) - {*BENCHMARKS, "charts"}
     if unknown:
-        parser.error(f"unknown benchmark {', '.join(sorted(unknown))}; choose from {', '.join(BENCHMARKS)}")
+        parser.error(f"unknown benchmark {', '.join(sorted(unknown))}; choose from {', '.join(BENCHMARKS)} or charts")
+    if args.peers is not None:
+        args.peers = [p for p in args.peers.split(",") if p]
+        known = {name for names in KNOWN_PEERS.values() for name in names}
+        strangers = set(args.peers) - known
+        if strangers:
+            parser.error(f"unknown peer {', '.join(sorted(strangers))}; choose from {', '.join(sorted(known))}")
+    # Charts follow any measurement of what they plot.
+    if not everything and {"drain", "idle"} & set(args.benchmarks) and "charts" not in args.benchmarks:
+        args.benchmarks.append("charts")
+    return args
+
+
+def peers_for(benchmark: str, chosen: list[str] | None) -> list[str] | None:
+    """Return the peers of `chosen` that `benchmark` knows, or None for its default."""
+    return None if chosen is None else [p for p in chosen if p in KNOWN_PEERS[benchmark]]
+
+
+def main() -> None:
+    args = parse()
+    stop_on_sigterm()
     if "backend" in args.benchmarks:
         from . import backend
 
@@ -34,9 +86,28 @@ def main() -> None:
     if "drain" in args.benchmarks:
         from . import drain
 
-        peers = [p for p in args.peers.split(",") if p]
         extra = [int(c) for c in args.prefetch.split(",") if c]
-        drain.run(depth=args.tasks, repeats=args.repeats or 3, peer_names=peers, extra_prefetch=extra)
+        drain.run(
+            depth=args.tasks, repeats=args.repeats or 3, peer_names=peers_for("drain", args.peers), extra_prefetch=extra
+        )
+    if "idle" in args.benchmarks:
+        from . import latency
+
+        latency.run_idle(peers_for("idle", args.peers), args.samples, args.seed, args.pool_workers)
+    if "deferred" in args.benchmarks:
+        from . import latency
+
+        latency.run_deferred(peers_for("deferred", args.peers), args.samples, args.seed)
+    if "enqueue" in args.benchmarks:
+        from . import enqueue
+
+        enqueue.run(
+            tasks=args.tasks, repeats=args.repeats or 3, batch=args.batch, peer_names=peers_for("enqueue", args.peers)
+        )
+    if "charts" in args.benchmarks:
+        from . import charts
+
+        charts.render()
 
 
 if __name__ == "__main__":

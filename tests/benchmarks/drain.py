@@ -43,6 +43,8 @@ DEFAULT_DEPTH = 20_000
 PEER_PREFETCH = 128
 #: Peers drained beside threadmill unless told otherwise.
 DEFAULT_PEERS = ["dramatiq", "celery", "django-tasks-db", "django-tasks-rq"]
+#: Pool shapes (processes, threads) drained beside the one-process, one-thread rows.
+POOL_SHAPES = ((2, 1), (1, 4))
 WORKER_COMMAND = ROOT / "threadmill" / "management" / "commands" / "threadmill.py"
 
 
@@ -131,8 +133,14 @@ def db_reset(ctx: Context) -> None:
 # -- the queues ---------------------------------------------------------------------------
 
 
+def threadmill_worker(workers: int = 1, threads: int = 1) -> list[str]:
+    """Return the command of a threadmill pool that drains the default queue and exits."""
+    shape = ["-w", str(workers), "-t", str(threads)]
+    return ["manage.py", "threadmill", "worker", "--exit-empty", *shape, "-q", "default"]
+
+
 def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderTest]:
-    command = ["manage.py", "threadmill", "worker", "--exit-empty", "-w", "1", "-t", "1", "-q", "default"]
+    command = threadmill_worker()
     common = {
         "system": "threadmill",
         "finished": threadmill_finished,
@@ -149,6 +157,16 @@ def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderT
             **common,
         ),
     ]
+    # How the pool scales on this machine: a second process, or four threads in one.
+    for workers, threads in POOL_SHAPES:
+        variants.append(
+            QueueUnderTest(
+                name=f"threadmill -w {workers} -t {threads}",
+                worker=threadmill_worker(workers, threads),
+                note="pool scaling, default prefetch",
+                **common,
+            )
+        )
     for count in extra_prefetch:
         variants.append(
             QueueUnderTest(

@@ -1,9 +1,11 @@
-"""celery on a Redis broker with the Redis result backend storing every return value."""
+"""celery on a Redis broker with the Redis result backend storing every return value, and the latency probe."""
 
 import os
+import time
 
 from celery import Celery
 
+from ..probe import record_start
 from . import CELERY_BROKER_DB, CELERY_RESULTS_DB
 
 _base = os.environ["BENCH_REDIS_URL"].rsplit("/", 1)[0]
@@ -26,3 +28,9 @@ def enqueue(depth: int) -> None:
     """Send `depth` echo tasks."""
     for i in range(depth):
         echo.delay(i)
+
+
+@app.task(name="probe", ignore_result=True)
+def probe(token):
+    started = time.time()
+    record_start(token, started)

@@ -1,12 +1,14 @@
-"""dramatiq on its Redis broker with the Results middleware storing every return value."""
+"""dramatiq on its Redis broker with the Results middleware storing every return value, and the latency probe."""
 
 import os
+import time
 
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.results import Results
 from dramatiq.results.backends import RedisBackend
 
+from ..probe import record_start
 from . import DRAMATIQ_BROKER_DB, DRAMATIQ_RESULTS_DB
 
 _base = os.environ["BENCH_REDIS_URL"].rsplit("/", 1)[0]
@@ -24,3 +26,9 @@ def enqueue(depth: int) -> None:
     """Send `depth` echo tasks."""
     for i in range(depth):
         echo.send(i)
+
+
+@dramatiq.actor(queue_name="default", max_retries=0)
+def probe(token):
+    started = time.time()
+    record_start(token, started)
