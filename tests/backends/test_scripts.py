@@ -19,7 +19,12 @@ def scripts(backend):
 
 def test_enqueue_writes_the_hash_the_segment_the_queue_set_and_a_counter(scripts, raw):
     scripts.enqueue("id-1", '{"x":1}', "default", Segment.READY, "100", "100", 42)
-    assert raw.hgetall(T + "id-1") == {b"data": b'{"x":1}', b"queue": b"default", b"segment": b"ready", b"score": b"100"}
+    assert raw.hgetall(T + "id-1") == {
+        b"data": b'{"x":1}',
+        b"queue": b"default",
+        b"segment": b"ready",
+        b"score": b"100",
+    }
     assert raw.zscore(Q + "ready", "id-1") == 100
     assert raw.smembers("threadmill:{default}:queues") == {b"default"}
     assert raw.get(Q + "ingress:42") == b"1"
@@ -69,8 +74,35 @@ def test_quarantine_moves_to_unreadable_and_records_the_error(scripts, raw):
 def test_promote_moves_due_ids_with_their_stored_ready_score(scripts, raw):
     scripts.enqueue("due", "{}", "default", Segment.DEFERRED, "77", "1", 1)
     scripts.enqueue("later", "{}", "default", Segment.DEFERRED, "78", "99999999999", 1)
-    assert scripts.promote("default", 10) == 1
+    moved, due_in = scripts.promote("default", 10)
+    assert moved == 1
+    assert due_in > 10**9  # "later" falls due at epoch second 99,999,999,999
     assert raw.zrange(Q + "ready", 0, -1, withscores=True) == [(b"due", 77.0)]
+    # An idle worker is woken for the promoted task: one token.
+    assert raw.lrange(Q + "wake", 0, -1) == [b"1"]
+
+
+def test_promote_says_when_nothing_is_deferred(scripts, raw):
+    assert scripts.promote("default", 10) == (0, None)
+    assert raw.llen(Q + "wake") == 0
+
+
+def test_enqueue_pushes_one_wake_token_however_many_ready_tasks_arrive(scripts, raw):
+    for i in range(3):
+        scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)
+    scripts.enqueue("later", "{}", "default", Segment.DEFERRED, "9", "9", 1)
+    assert raw.lrange(Q + "wake", 0, -1) == [b"1"]
+
+
+def test_a_full_acquire_passes_the_wake_token_on_when_tasks_are_left(scripts, raw):
+    for i in range(3):
+        scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)
+    raw.delete(Q + "wake")  # An idle worker took the enqueue's token.
+    scripts.acquire(["default"], 2, "w", 30, "a")
+    assert raw.llen(Q + "wake") == 1
+    raw.delete(Q + "wake")
+    scripts.acquire(["default"], 2, "w", 30, "b")  # Takes the last one: nothing to pass on.
+    assert raw.llen(Q + "wake") == 0
 
 
 def test_claim_expired_gives_a_new_token_and_a_claim_window(scripts, raw):

@@ -45,6 +45,8 @@ class RedisBroker:
     def __init__(self, backend: RedisTaskBackend, queue_names: list[str] | None = None) -> None:
         self.backend = backend
         self.queue_names = queue_names
+        #: Monotonic time the next deferred task falls due, as of the last mover pass; None when none is deferred.
+        self.next_due_at: float | None = None
         #: Monotonic time since which every pass reached the server; None after a failure.
         self._reachable_since: float | None = None
 
@@ -52,18 +54,25 @@ class RedisBroker:
         return self.queue_names or self.backend.queue_names()
 
     def run(self, stop: threading.Event) -> None:
-        """Run passes every `broker_interval` until `stop` is set."""
+        """Run passes every `broker_interval`, and the mover alone when a deferred task falls due, until `stop`."""
+        interval = self.backend.options.broker_interval
+        next_pass = 0.0
         while not stop.is_set():
-            self.run_once()
-            stop.wait(self.backend.options.broker_interval)
+            if time.monotonic() >= next_pass:
+                self.run_once()
+                next_pass = time.monotonic() + interval
+            else:
+                self.move_all()
+            wake_at = next_pass if self.next_due_at is None else min(next_pass, self.next_due_at)
+            stop.wait(max(0.0, wake_at - time.monotonic()))
 
     def run_once(self) -> tuple[int, int]:
         """Run one mover, reaper and recovery pass over every queue; return (promoted, reaped and recovered)."""
         promoted = reaped = 0
         recovering = self._trusts_heartbeats(time.monotonic())
         try:
+            promoted = self.move_all()
             for queue_name in self.queues():
-                promoted += self.move(queue_name)
                 reaped += self.reap(queue_name)
                 if recovering:
                     reaped += self.recover(queue_name)
@@ -78,15 +87,30 @@ class RedisBroker:
         options = self.backend.options
         return now - self._reachable_since >= options.worker_timeout + options.socket_timeout
 
+    def move_all(self) -> int:
+        """Run the mover over every queue and note when the next deferred task falls due; return how many moved."""
+        total, next_due_in = 0, None
+        self.next_due_at = None  # A failed pass leaves it unset: the next full pass tries again.
+        for queue_name in self.queues():
+            moved, due_in = self._move(queue_name)
+            total += moved
+            if due_in is not None and (next_due_in is None or due_in < next_due_in):
+                next_due_in = due_in
+        self.next_due_at = None if next_due_in is None else time.monotonic() + next_due_in
+        return total
+
     def move(self, queue_name: str) -> int:
         """Promote every due deferred task of a queue to ready; return how many."""
+        return self._move(queue_name)[0]
+
+    def _move(self, queue_name: str) -> tuple[int, float | None]:
         batch_size = self.backend.options.batch_size
         total = 0
-        while (moved := self.backend.scripts.promote(queue_name, batch_size)) > 0:
+        while True:
+            moved, due_in = self.backend.scripts.promote(queue_name, batch_size)
             total += moved
             if moved < batch_size:
-                break
-        return total
+                return total, due_in
 
     def reap(self, queue_name: str) -> int:
         """Fail or retry every task of a queue whose lease expired; return how many."""

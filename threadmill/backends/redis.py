@@ -40,6 +40,8 @@ from .tooling import RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
 
+#: Seconds a token that wakes one worker process is kept, should the process be gone.
+WORKER_WAKE_TTL_S = 60
 #: Most running entries of one queue `release_unanswered` looks through.
 RELEASE_SCAN_LIMIT = 100_000
 
@@ -251,6 +253,23 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         if not token_bases:
             return 0
         return self.scripts.release_unanswered(list(queue_names), list(token_bases), RELEASE_SCAN_LIMIT)
+
+    def wait_for_tasks(self, queue_names: Sequence[str], worker: str, timeout_s: float) -> bool:
+        """Block until a task may be ready on one of the queues, `worker` is woken, or `timeout_s` passes.
+
+        Returns True when woken. Waking leases nothing: the caller acquires as usual.
+        """
+        keys = [self.keys.wake(q) for q in queue_names] + [self.keys.worker_wake(worker)]
+        return self.scripts.wait_for_wake(keys, timeout_s, self.options.socket_timeout)
+
+    @translate_errors
+    def wake_worker(self, worker: str) -> None:
+        """Wake `worker` if it waits for tasks (so it notices a stop at once)."""
+        key = self.keys.worker_wake(worker)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.lpush(key, "1")
+        pipe.expire(key, WORKER_WAKE_TTL_S)
+        pipe.execute()
 
     def heartbeat(self, worker: str, document: dict[str, Any] | None, *, publish: bool = True) -> float:
         """Record that `worker` is alive with its `document` (also published as telemetry); return the server time.

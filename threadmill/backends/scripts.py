@@ -118,27 +118,19 @@ class RedisScripts:
     @translate_errors
     def enqueue(
         self, task_id: str, payload: str, queue_name: str, segment: Segment, ready_score: str, score: str, minute: int
-    ) -> None:
+    ) -> int:
+        return self.enqueue_many(queue_name, [(task_id, payload, segment, ready_score, score)], minute)
+
+    @translate_errors
+    def enqueue_many(self, queue_name: str, entries: Sequence[tuple[str, str, Segment, str, str]], minute: int) -> int:
+        """Store (task id, payload, segment, ready score, score) entries of one queue in one call; return how many."""
         k = self.keys
-        self._run(
-            self._enqueue,
-            keys=[
-                k.task(task_id),
-                k.segment(queue_name, segment),
-                k.queues(),
-                k.throughput(queue_name, "ingress", minute),
-            ],
-            args=[
-                task_id,
-                payload,
-                queue_name,
-                segment.value,
-                ready_score,
-                score,
-                k.telemetry(),
-                THROUGHPUT_COUNTER_TTL_S,
-            ],
-        )
+        keys = [k.queues(), k.throughput(queue_name, "ingress", minute), k.wake(queue_name)]
+        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S]
+        for task_id, payload, segment, ready_score, score in entries:
+            keys += [k.task(task_id), k.segment(queue_name, segment)]
+            args += [task_id, payload, segment.value, ready_score, score]
+        return self._run(self._enqueue, keys=keys, args=args)
 
     @translate_errors
     def acquire(self, queue_names: Sequence[str], count: int, worker: str, lease_ttl: float, token_base: str) -> list:
@@ -146,6 +138,7 @@ class RedisScripts:
         keys = [k.segment(q, Segment.READY) for q in queue_names]
         keys += [k.segment(q, Segment.RUNNING) for q in queue_names]
         keys.append(k.task_prefix())
+        keys += [k.wake(q) for q in queue_names]
         return self._run(self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base])
 
     @translate_errors
@@ -189,13 +182,21 @@ class RedisScripts:
         )
 
     @translate_errors
-    def promote(self, queue_name: str, batch_size: int) -> int:
+    def promote(self, queue_name: str, batch_size: int) -> tuple[int, float | None]:
+        """Promote due deferred tasks; return (how many, seconds until the next is due or None)."""
         k = self.keys
-        return self._run(
+        moved, wait = self._run(
             self._promote,
-            keys=[k.segment(queue_name, Segment.DEFERRED), k.segment(queue_name, Segment.READY), k.task_prefix()],
+            keys=[
+                k.segment(queue_name, Segment.DEFERRED),
+                k.segment(queue_name, Segment.READY),
+                k.task_prefix(),
+                k.wake(queue_name),
+            ],
             args=[batch_size],
         )
+        wait = float(wait)
+        return int(moved), None if wait < 0 else wait
 
     @translate_errors
     def claim_expired(self, queue_name: str, batch_size: int, claim_window_s: float, token_base: str) -> list:
@@ -313,7 +314,7 @@ class RedisScripts:
         keys = [k.task_prefix()]
         args: list[str] = []
         for task_id, queue_name, token in leases:
-            keys += [k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, Segment.READY)]
+            keys += [k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, Segment.READY), k.wake(queue_name)]
             args += [task_id, token]
         return self._run(self._release, keys=keys, args=args)
 
@@ -323,5 +324,16 @@ class RedisScripts:
         k = self.keys
         keys = [k.task_prefix()]
         for queue_name in queue_names:
-            keys += [k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, Segment.READY)]
+            keys += [k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, Segment.READY), k.wake(queue_name)]
         return self._run(self._release_unanswered, keys=keys, args=[scan_limit, *token_bases])
+
+    @translate_errors
+    def wait_for_wake(self, wake_keys: Sequence[str], timeout_s: float, socket_timeout_s: float) -> bool:
+        """Block until a token arrives on one of `wake_keys` (BLPOP) or `timeout_s` passes; True when one came."""
+        connection = self._connection()
+        try:
+            connection.send_command("BLPOP", *wake_keys, timeout_s)
+            return connection.read_response(timeout=timeout_s + socket_timeout_s) is not None
+        except (redis.ConnectionError, redis.TimeoutError):
+            connection.disconnect()
+            raise
