@@ -15,7 +15,7 @@ from tests.backends.conftest import enqueue, finish
 from tests.tasks import add, echo, explode, send_email, urgent
 from threadmill.backends.base import Page, Segment
 from threadmill.backends.redis import RedisTaskBackend
-from threadmill.outcome import error_of, mark_failed
+from threadmill.outcome import error_of, mark_failed, mark_successful
 
 
 def test_enqueue_stores_a_ready_task_with_a_uuid7_id(backend, raw):
@@ -152,6 +152,24 @@ def test_acknowledge_moves_the_task_to_successful_and_clears_the_lease(backend, 
     assert raw.zrange("threadmill:{default}:default:successful", 0, -1) == [result.id.encode()]
     assert raw.hget(key, "lease_token") is None
     assert 0 < raw.ttl(key) <= backend.options.result_ttl
+
+
+def test_acknowledge_without_a_return_value_stores_the_one_on_the_result(backend):
+    result = enqueue(backend, add, 2, 3)
+    [leased] = backend.acquire("default", worker="w")
+    mark_successful(leased, datetime.now(UTC))
+    object.__setattr__(leased, "_return_value", {"sum": 5})
+    assert backend.acknowledge(leased)
+    assert backend.get_result(result.id).return_value == {"sum": 5}
+
+
+def test_acknowledge_with_an_explicit_return_value_prefers_it(backend):
+    result = enqueue(backend, add, 2, 3)
+    [leased] = backend.acquire("default", worker="w")
+    mark_successful(leased, datetime.now(UTC))
+    object.__setattr__(leased, "_return_value", "on the result")
+    assert backend.acknowledge(leased, None)
+    assert backend.get_result(result.id).return_value is None
 
 
 def test_acknowledge_of_a_failure_keeps_the_error(backend):

@@ -31,6 +31,7 @@ from .base import (
     Segment,
     ThreadmillTask,
     ThreadmillTaskResult,
+    return_value_of,
 )
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .options import parse_options
@@ -38,6 +39,10 @@ from .scripts import RedisScripts, translate_errors
 from .tooling import RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
+
+
+#: Marks `acknowledge` called without a return value: the result's own is stored.
+_ON_RESULT: Any = object()
 
 
 def default_worker_name() -> str:
@@ -192,8 +197,14 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
                 )
         return results
 
-    def acknowledge(self, result: TaskResult, return_value: Any = None) -> bool:
-        """Store a finished result and release its lease; False when the fence refused it."""
+    def acknowledge(self, result: TaskResult, return_value: Any = _ON_RESULT) -> bool:
+        """Store a finished result and release its lease; False when the fence refused it.
+
+        Without `return_value`, the value the result carries is stored (Django's
+        `TaskResult.return_value` of a successful result).
+        """
+        if return_value is _ON_RESULT:
+            return_value = return_value_of(result)
         return self.acknowledge_many([(result, return_value)])[0]
 
     def acknowledge_many(self, outcomes: Sequence[tuple[TaskResult, Any]]) -> list[bool]:
