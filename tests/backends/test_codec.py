@@ -14,7 +14,9 @@ def test_decoding_many_distinct_run_afters_keeps_the_task_cache_bounded():
     start = datetime.now(UTC)
     for i in range(codec.TASK_CACHE_SIZE + 500):
         task = echo.using(run_after=start + timedelta(seconds=i))
-        decoded = codec.decode(codec.encode_new(task, codec.new_task_id(), [i], {}, time.time()).encode(), Segment.READY)
+        decoded = codec.decode(
+            codec.encode_new(task, codec.new_task_id(), [i], {}, time.time()).encode(), Segment.READY
+        )
         assert decoded.task.run_after == task.run_after
     assert len(codec._tasks) <= codec.TASK_CACHE_SIZE
 

@@ -19,7 +19,12 @@ def scripts(backend):
 
 def test_enqueue_writes_the_hash_the_segment_the_queue_set_and_a_counter(scripts, raw):
     scripts.enqueue("id-1", '{"x":1}', "default", Segment.READY, "100", "100", 42)
-    assert raw.hgetall(T + "id-1") == {b"data": b'{"x":1}', b"queue": b"default", b"segment": b"ready", b"score": b"100"}
+    assert raw.hgetall(T + "id-1") == {
+        b"data": b'{"x":1}',
+        b"queue": b"default",
+        b"segment": b"ready",
+        b"score": b"100",
+    }
     assert raw.zscore(Q + "ready", "id-1") == 100
     assert raw.smembers("threadmill:{default}:queues") == {b"default"}
     assert raw.get(Q + "ingress:42") == b"1"
@@ -106,3 +111,13 @@ def test_peek_returns_the_total_and_rows_in_one_reply(scripts, backend):
     reply = scripts.peek("default", Segment.READY, 1, 2, False)
     assert reply[0] == 4
     assert [reply[2], reply[11]] == [ids[1].encode(), ids[2].encode()]
+
+
+def test_trim_finished_drops_only_ids_older_than_the_ttl_up_to_the_limit(scripts, raw):
+    now = float(raw.time()[0])
+    raw.zadd(Q + "successful", {"a": 1.0, "b": 2.0, "c": 3.0, "fresh": now})
+    raw.zadd(Q + "failed", {"f": 1.0})
+    assert scripts.trim_finished("default", 60, 2) == 3
+    assert raw.zrange(Q + "successful", 0, -1) == [b"c", b"fresh"]
+    assert scripts.trim_finished("default", 60, 2) == 1
+    assert scripts.trim_finished("default", 60, 2) == 0

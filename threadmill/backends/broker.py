@@ -26,6 +26,8 @@ logger = logging.getLogger("threadmill.broker")
 
 #: Seconds a reaper holds a claimed task while it decides its fate.
 CLAIM_WINDOW_S = 60.0
+#: Most expired ids a trim call drops from each finished segment.
+TRIM_BATCH_SIZE = 1000
 
 
 class RedisBroker:
@@ -50,6 +52,7 @@ class RedisBroker:
         for queue_name in self.queues():
             promoted += self.move(queue_name)
             reaped += self.reap(queue_name)
+            self.trim(queue_name)
         return promoted, reaped
 
     def move(self, queue_name: str) -> int:
@@ -60,6 +63,18 @@ class RedisBroker:
             total += moved
             if moved < batch_size:
                 break
+        return total
+
+    def trim(self, queue_name: str) -> int:
+        """Drop the finished ids of a queue whose task data expired with `result_ttl`; return how many.
+
+        `acknowledge` trims only the segment it writes to, so without this an idle queue
+        would keep listing and counting tasks that are gone.
+        """
+        result_ttl = self.backend.options.result_ttl
+        total = 0
+        while (dropped := self.backend.scripts.trim_finished(queue_name, result_ttl, TRIM_BATCH_SIZE)) > 0:
+            total += dropped
         return total
 
     def reap(self, queue_name: str) -> int:

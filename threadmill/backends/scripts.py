@@ -85,6 +85,7 @@ class RedisScripts:
         self._peek = register(_source("peek"))
         self._peek_matching = register(_source("peek_matching"))
         self._requeue_many = register(_source("requeue_many"))
+        self._trim_finished = register(_source("trim_finished"))
 
     def _connection(self):
         local = self._local
@@ -200,6 +201,16 @@ class RedisScripts:
             self._claim_expired,
             keys=[k.segment(queue_name, Segment.RUNNING), k.task_prefix()],
             args=[batch_size, claim_window_s, token_base],
+        )
+
+    @translate_errors
+    def trim_finished(self, queue_name: str, result_ttl: float, limit: int) -> int:
+        """Drop up to `limit` ids from each finished segment of a queue finished over `result_ttl` ago."""
+        k = self.keys
+        return self._run(
+            self._trim_finished,
+            keys=[k.segment(queue_name, Segment.SUCCESSFUL), k.segment(queue_name, Segment.FAILED)],
+            args=[result_ttl, limit],
         )
 
     @translate_errors
