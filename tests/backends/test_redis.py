@@ -267,6 +267,21 @@ def test_delete_removes_selected_tasks(backend):
     assert [r.id for r in backend.peek("default", segment=Segment.READY)] == [b.id]
 
 
+def test_delete_many_deletes_only_tasks_still_in_the_segment_it_names(backend):
+    a, b, c = (enqueue(backend, echo, i) for i in range(3))
+    backend.acquire("default", count=1, worker="w")
+    assert backend.delete_many("default", segment="ready", task_ids=[a.id, b.id, "missing"]) == [b.id]
+    assert backend.get_result(a.id).status == TaskResultStatus.RUNNING
+    assert [r.id for r in backend.peek("default", segment=Segment.READY)] == [c.id]
+
+
+def test_delete_finds_each_task_wherever_it_is(backend):
+    a, b = (enqueue(backend, echo, i) for i in range(2))
+    backend.acquire("default", count=1, worker="w")
+    assert backend.delete([a.id, b.id]) == 2
+    assert backend.queue_stats()["default"] == dict.fromkeys(Segment, 0)
+
+
 def test_peek_returns_a_page_and_the_total_in_queue_order(backend):
     ids = [enqueue(backend, echo, i).id for i in range(12)]
     page = backend.peek("default", segment="ready", offset=5, count=4)

@@ -223,9 +223,15 @@ class RedisScripts:
         )
 
     @translate_errors
-    def delete(self, task_ids: Sequence[str]) -> int:
+    def delete(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
+        """Delete those of the given tasks still in one segment of a queue; return the ids deleted."""
         k = self.keys
-        return self._run(self._delete, keys=[k.task_prefix(), k.result_prefix(), f"{k.prefix}:"], args=list(task_ids))
+        reply = self._run(
+            self._delete,
+            keys=[k.task_prefix(), k.result_prefix(), k.segment(queue_name, segment)],
+            args=[queue_name, segment.value, *task_ids],
+        )
+        return [task_id.decode() for task_id in reply]
 
     @translate_errors
     def peek(self, queue_name: str, segment: Segment, offset: int, count: int, newest_first: bool) -> list:

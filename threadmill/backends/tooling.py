@@ -34,6 +34,8 @@ logger = logging.getLogger("threadmill.backend")
 #: Segments listed newest first; the others are listed in the order they are taken.
 NEWEST_FIRST = frozenset({Segment.SUCCESSFUL, Segment.FAILED, Segment.UNREADABLE})
 _FINISHED = frozenset({Segment.SUCCESSFUL, Segment.FAILED})
+#: Times `delete(task_ids)` reads again where a task is, when it moved while being deleted.
+DELETE_ROUNDS = 3
 
 
 class RedisTooling:
@@ -63,10 +65,40 @@ class RedisTooling:
             removed += batch
         return removed
 
-    def delete(self, task_ids: Iterable[str]) -> int:
-        """Remove the given tasks, their data and results; return how many existed."""
+    def delete_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> list[str]:
+        """Delete those of the given tasks still in one segment of a queue, in one script; return their ids.
+
+        A task that moved elsewhere since the caller saw it is left alone.
+        """
+        segment = Segment.parse(segment)
         ids = list(task_ids)
-        return self.scripts.delete(ids) if ids else 0
+        return self.scripts.delete(queue_name, segment, ids) if ids else []
+
+    def delete(self, task_ids: Iterable[str]) -> int:
+        """Remove the given tasks wherever they are, with their data and results; return how many existed."""
+        pending, deleted = list(task_ids), 0
+        # Each task is deleted only from the segment it was just read in; one that moved in
+        # between is read again (a task can move only so often: a few rounds settle it).
+        for _ in range(DELETE_ROUNDS):
+            if not pending:
+                break
+            places: dict[tuple[str, Segment], list[str]] = {}
+            for task_id, (queue_name, segment) in zip(pending, self._places(pending), strict=True):
+                if queue_name is not None:
+                    places.setdefault((queue_name.decode(), Segment(segment.decode())), []).append(task_id)
+            gone: set[str] = set()
+            for (queue_name, segment), ids in places.items():
+                gone.update(self.scripts.delete(queue_name, segment, ids))
+            deleted += len(gone)
+            pending = [task_id for ids in places.values() for task_id in ids if task_id not in gone]
+        return deleted
+
+    @translate_errors
+    def _places(self, task_ids: Sequence[str]) -> list[list]:
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hmget(self.keys.task(task_id), ("queue", "segment"))
+        return pipe.execute()
 
     def peek(self, queue_name: str, *, segment: Segment | str, offset: int = 0, count: int = 50) -> Page:
         """Return one page of a segment in queue order, with the segment's total, in one round trip."""
