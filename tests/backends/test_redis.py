@@ -219,6 +219,32 @@ def test_requeue_clears_the_lease_and_keeps_the_id(backend, raw):
     assert raw.zrange("threadmill:{default}:default:ready", 0, -1) == [result.id.encode()]
 
 
+def test_requeue_of_a_running_task_records_the_abandoned_attempt(backend):
+    result = enqueue(backend, echo, 1)
+    [leased] = backend.acquire("default", worker="host:1")
+    assert backend.requeue(result.id)
+    requeued = backend.get_result(result.id)
+    assert requeued.status == TaskResultStatus.READY
+    assert requeued.worker_ids == ["host:1"]
+    assert requeued.started_at == leased.started_at
+    [error] = requeued.errors
+    assert error.exception_class_path == "threadmill.exceptions.AttemptAbandoned"
+    assert "The attempt of worker host:1, leased at " in error.traceback
+    assert "by requeue(task_id)" in error.traceback
+    [again] = backend.acquire("default", worker="host:2")
+    assert again.worker_ids == ["host:1", "host:2"]
+
+
+def test_requeue_of_a_running_task_with_a_live_lease_still_works(backend, raw):
+    result = enqueue(backend, echo, 1)
+    backend.acquire("default", worker="host:1")
+    seconds, _ = raw.time()
+    raw.zadd("threadmill:{default}:workers", {"host:1": seconds})
+    assert backend.live_leases("default", [result.id]) == [result.id]
+    assert backend.requeue(result.id)
+    assert backend.get_result(result.id).status == TaskResultStatus.READY
+
+
 def test_requeue_from_failed_keeps_errors_and_worker_ids(backend):
     result = enqueue(backend, explode)
     [leased] = backend.acquire("default", worker="first")

@@ -137,3 +137,48 @@ def test_trim_finished_drops_only_ids_older_than_the_ttl_up_to_the_limit(scripts
     assert raw.zrange(Q + "successful", 0, -1) == [b"c", b"fresh"]
     assert scripts.trim_finished("default", 60, 2) == 1
     assert scripts.trim_finished("default", 60, 2) == 0
+
+
+def test_requeue_many_refuses_a_running_task_read_under_another_lease(scripts, raw):
+    scripts.enqueue("id", "{}", "default", Segment.READY, "1", "1", 1)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    args = ("default", Segment.RUNNING)
+    assert scripts.requeue_many(*args, [("id", "stale", '{"new":1}')], [], True, 15) == ([], ["id"])
+    assert scripts.requeue_many(*args, [("id", "", "")], [], True, 15) == ([], ["id"])
+    assert raw.hget(T + "id", "data") == b"{}"
+    assert scripts.requeue_many(*args, [("id", "tok:1", '{"new":1}')], [], True, 15) == (["id"], [])
+    assert raw.hget(T + "id", "data") == b'{"new":1}'
+    assert raw.zrange(Q + "ready", 0, -1) == [b"id"]
+
+
+def test_requeue_many_matches_needles_against_the_stored_document(scripts, raw):
+    scripts.enqueue("a", '{"path":"x.a"}', "default", Segment.DEFERRED, "1", "1", 1)
+    scripts.enqueue("b", '{"path":"x.b"}', "default", Segment.DEFERRED, "2", "2", 1)
+    moved = scripts.requeue_many("default", Segment.DEFERRED, [("a", "", ""), ("b", "", "")], ["x.b"], False, 15)
+    assert moved == (["b"], [])
+
+
+def test_live_leases_keeps_tasks_with_a_future_deadline_and_a_fresh_or_no_heartbeat(scripts, raw):
+    for i, worker in enumerate(["fresh", "stale", "unknown"]):
+        scripts.enqueue(worker, "{}", "default", Segment.READY, str(i), str(i), 1)
+        scripts.acquire(["default"], 1, worker, 30, worker)
+    now = int(raw.time()[0])
+    raw.zadd("threadmill:{default}:workers", {"fresh": now, "stale": now - 20})
+    assert scripts.live_leases("default", ["fresh", "stale", "unknown"], 15) == ["fresh", "unknown"]
+    raw.zadd(Q + "running", {"fresh": 1})
+    assert scripts.live_leases("default", ["fresh", "stale", "unknown"], 15) == ["unknown"]
+
+
+@pytest.mark.parametrize("newest_first", [False, True])
+def test_scan_walks_a_segment_by_cursor_through_ties_and_removals(scripts, raw, newest_first):
+    raw.zadd(Q + "failed", {f"tie-{i:02d}": 5.0 for i in range(10)} | {"a-low": 1.0, "z-high": 9.0, "m": 5.5})
+    order = [m.decode() for m in raw.zrange(Q + "failed", 0, -1, desc=newest_first)]
+    seen, cursor = [], (b"", b"")
+    while entries := scripts.scan("default", Segment.FAILED, cursor, 3, newest_first):
+        seen += [task_id.decode() for task_id, _ in entries]
+        cursor = (entries[-1][1], entries[-1][0])
+        # Remove what was just read and one entry not yet read: nothing still there is skipped.
+        raw.zrem(Q + "failed", *[task_id for task_id, _ in entries])
+        if len(seen) == 3:
+            raw.zrem(Q + "failed", order[5])
+    assert seen == [task_id for task_id in order if task_id != order[5]]

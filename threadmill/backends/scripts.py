@@ -86,6 +86,8 @@ class RedisScripts:
         self._peek_matching = register(_source("peek_matching"))
         self._requeue_many = register(_source("requeue_many"))
         self._trim_finished = register(_source("trim_finished"))
+        self._live_leases = register(_source("live_leases"))
+        self._scan = register(_source("scan"))
 
     def _connection(self):
         local = self._local
@@ -260,33 +262,54 @@ class RedisScripts:
             args=[offset, count, "1" if newest_first else "0", scan_limit, *needles],
         )
 
-    def _requeue_many_keys(self, queue_name: str, segment: Segment) -> list[str]:
+    @translate_errors
+    def requeue_many(
+        self,
+        queue_name: str,
+        segment: Segment,
+        entries: Sequence[tuple[str, str, str]],
+        needles: Sequence[str],
+        force: bool,
+        worker_timeout: float,
+    ) -> tuple[list[str], list[str]]:
+        """Requeue (task id, lease token, document) entries of one segment to ready; return (moved, refused)."""
         k = self.keys
-        return [
-            k.task_prefix(),
-            k.result_prefix(),
-            k.segment(queue_name, Segment.READY),
-            k.segment(queue_name, segment),
-        ]
-
-    @translate_errors
-    def requeue_many(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
-        """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""
+        args: list[Any] = [segment.value, "1" if force else "0", worker_timeout, len(needles), *needles]
+        for entry in entries:
+            args += entry
         reply = self._run(
             self._requeue_many,
-            keys=self._requeue_many_keys(queue_name, segment),
-            args=[segment.value, "ids", *task_ids],
+            keys=[
+                k.task_prefix(),
+                k.result_prefix(),
+                k.segment(queue_name, Segment.READY),
+                k.segment(queue_name, segment),
+                k.workers(),
+            ],
+            args=args,
         )
-        return [task_id.decode() for task_id in reply[2:]]
+        ids = [task_id.decode() for task_id in reply[1:]]
+        return ids[: reply[0]], ids[reply[0] :]
 
     @translate_errors
-    def requeue_matching(
-        self, queue_name: str, segment: Segment, cursor: int, window: int, newest_first: bool, needles: Sequence[str]
-    ) -> tuple[list[str], int]:
-        """Requeue the matching tasks of one window of a segment; return (ids moved, next cursor or -1)."""
+    def live_leases(self, queue_name: str, task_ids: Sequence[str], worker_timeout: float) -> list[str]:
+        """Return those of the ids running under a live lease (deadline ahead, worker not timed out)."""
+        k = self.keys
         reply = self._run(
-            self._requeue_many,
-            keys=self._requeue_many_keys(queue_name, segment),
-            args=[segment.value, "scan", cursor, window, "1" if newest_first else "0", *needles],
+            self._live_leases,
+            keys=[k.segment(queue_name, Segment.RUNNING), k.task_prefix(), k.workers()],
+            args=[worker_timeout, *task_ids],
         )
-        return [task_id.decode() for task_id in reply[2:]], int(reply[1])
+        return [task_id.decode() for task_id in reply]
+
+    @translate_errors
+    def scan(
+        self, queue_name: str, segment: Segment, cursor: tuple[bytes, bytes], count: int, newest_first: bool
+    ) -> list[tuple[bytes, bytes]]:
+        """Return the next (id, score) entries of a segment after a (score, id) cursor; (b"", b"") starts."""
+        reply = self._run(
+            self._scan,
+            keys=[self.keys.segment(queue_name, segment)],
+            args=[cursor[0], cursor[1], count, "1" if newest_first else "0"],
+        )
+        return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
