@@ -98,7 +98,12 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
             segment, score = Segment.READY, ready_score
-        self.scripts.enqueue(task_id, payload, task.queue_name, segment, ready_score, score, int(now // 60))
+        # WAITAOF waits at most half the socket timeout, so the server's own "not yet" arrives
+        # before the client would give the connection up as lost.
+        durable_within_s = self.options.socket_timeout / 2 if self.options.fsync_enqueue else None
+        self.scripts.enqueue(
+            task_id, payload, task.queue_name, segment, ready_score, score, int(now // 60), durable_within_s
+        )
         result = ThreadmillTaskResult(
             task=task,
             id=task_id,
