@@ -273,6 +273,8 @@ class RedisTooling:
         # The fence refuses a task leased again since it was read; read it again, a few times.
         for _ in range(REQUEUE_ROUNDS):
             entries = self._abandoned_entries(queue_name, ids, needles, by)
+            if not entries:
+                break
             done, ids = self.scripts.requeue_many(queue_name, segment, entries, needles, force, timeout)
             moved += done
             if not ids:
