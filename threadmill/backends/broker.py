@@ -37,6 +37,8 @@ logger = logging.getLogger("threadmill.broker")
 CLAIM_WINDOW_S = 60.0
 #: Most running entries of one queue a recovery call looks through for a dead worker's leases.
 RECOVERY_SCAN_LIMIT = 10_000
+#: Most expired ids a trim call drops from each finished segment.
+TRIM_BATCH_SIZE = 1000
 
 
 class RedisBroker:
@@ -76,6 +78,7 @@ class RedisBroker:
                 reaped += self.reap(queue_name)
                 if recovering:
                     reaped += self.recover(queue_name)
+                self.trim(queue_name)
         except Exception:
             self._reachable_since = None
             raise
@@ -111,6 +114,18 @@ class RedisBroker:
             total += moved
             if moved < batch_size:
                 return total, due_in
+
+    def trim(self, queue_name: str) -> int:
+        """Drop the finished ids of a queue whose task data expired with `result_ttl`; return how many.
+
+        `acknowledge` trims only the segment it writes to, so without this an idle queue
+        would keep listing and counting tasks that are gone.
+        """
+        result_ttl = self.backend.options.result_ttl
+        total = 0
+        while (dropped := self.backend.scripts.trim_finished(queue_name, result_ttl, TRIM_BATCH_SIZE)) > 0:
+            total += dropped
+        return total
 
     def reap(self, queue_name: str) -> int:
         """Fail or retry every task of a queue whose lease expired; return how many."""

@@ -32,11 +32,12 @@ from .base import (
     Segment,
     ThreadmillTask,
     ThreadmillTaskResult,
+    return_value_of,
 )
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .options import parse_options
 from .scripts import RedisScripts, translate_errors
-from .tooling import RedisTooling
+from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
 
@@ -44,6 +45,10 @@ logger = logging.getLogger("threadmill.backend")
 WORKER_WAKE_TTL_S = 60
 #: Most running entries of one queue `release_unanswered` looks through.
 RELEASE_SCAN_LIMIT = 100_000
+
+
+#: Marks `acknowledge` called without a return value: the result's own is stored.
+_ON_RESULT: Any = object()
 
 
 def default_worker_name() -> str:
@@ -106,7 +111,12 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
             segment, score = Segment.READY, ready_score
-        self.scripts.enqueue(task_id, payload, task.queue_name, segment, ready_score, score, int(now // 60))
+        # WAITAOF waits at most half the socket timeout, so the server's own "not yet" arrives
+        # before the client would give the connection up as lost.
+        durable_within_s = self.options.socket_timeout / 2 if self.options.fsync_enqueue else None
+        self.scripts.enqueue(
+            task_id, payload, task.queue_name, segment, ready_score, score, int(now // 60), durable_within_s
+        )
         result = ThreadmillTaskResult(
             task=task,
             id=task_id,
@@ -132,7 +142,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         pipe.hmget(self.keys.task(result_id), TASK_FIELDS)
         pipe.get(self.keys.result(result_id))
         fields, stored_result = pipe.execute()
-        data, queue, segment, started_at, worker, lease_started, token, read_error = fields
+        data, _, segment, started_at, worker, lease_started, token, read_error = fields
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {result_id!r} is stored.")
         segment = Segment(segment.decode())
@@ -212,8 +222,14 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
                 )
         return results
 
-    def acknowledge(self, result: TaskResult, return_value: Any = None) -> bool:
-        """Store a finished result and release its lease; False when the fence refused it."""
+    def acknowledge(self, result: TaskResult, return_value: Any = _ON_RESULT) -> bool:
+        """Store a finished result and release its lease; False when the fence refused it.
+
+        Without `return_value`, the value the result carries is stored (Django's
+        `TaskResult.return_value` of a successful result).
+        """
+        if return_value is _ON_RESULT:
+            return_value = return_value_of(result)
         return self.acknowledge_many([(result, return_value)])[0]
 
     def acknowledge_many(self, outcomes: Sequence[tuple[TaskResult, Any]]) -> list[bool]:
@@ -284,10 +300,12 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     def requeue(self, task: str | TaskResult, *, run_after: datetime | timedelta | None = None) -> bool:
         """Move a task back to ready (or to deferred with `run_after`), keeping its id.
 
-        Given an id, the stored payload is kept as it is (it may be unreadable). Given a
-        TaskResult, its errors and worker ids are stored with it and the call is fenced by
-        its lease token. Returns False when there is no such task, it is already ready,
-        or the fence refused it.
+        Given an id, the stored payload is kept as it is (it may be unreadable), except that
+        a running task's abandoned attempt is recorded in it: its worker id stays in
+        `worker_ids` and an `AttemptAbandoned` error says so (fenced by the lease it was read
+        under). Given a TaskResult, its errors and worker ids are stored with it and the call
+        is fenced by its lease token. Returns False when there is no such task, it is
+        already ready, or the fence refused it.
         """
         at = self._run_after_seconds(run_after)
         if isinstance(task, TaskResult):
@@ -299,13 +317,28 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
                 document=codec.encode_result(task),
             )
         else:
-            queue = self.client.hget(self.keys.task(task), "queue")
-            if queue is None:
-                return False
-            reply = self.scripts.requeue(task, queue.decode(), run_after=at)
+            reply = self._requeue_by_id(task, at)
         if reply == -1:
             logger.warning("Requeue of task %s refused: its lease was taken over.", getattr(task, "id", task))
         return reply == 1
+
+    def _requeue_by_id(self, task_id: str, at: float | None) -> int:
+        # A running task is read with its lease applied and requeued with its abandoned attempt
+        # recorded, fenced by that lease's token; if it was leased again in between, read again.
+        reply = -1
+        for _ in range(REQUEUE_ROUNDS):
+            fields = translate_errors(self.client.hmget)(self.keys.task(task_id), TASK_FIELDS)
+            if fields[1] is None:
+                return 0
+            queue_name = fields[1].decode()
+            if fields[2] != b"running":
+                return self.scripts.requeue(task_id, queue_name, run_after=at)
+            document = self.abandoned_document(task_id, queue_name, fields, "requeue(task_id)")
+            token = codec.text(fields[6])
+            reply = self.scripts.requeue(task_id, queue_name, run_after=at, token=token, document=document)
+            if reply != -1:
+                return reply
+        return reply
 
     @staticmethod
     def _run_after_seconds(run_after: datetime | timedelta | None) -> float | None:
@@ -328,6 +361,6 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             raise BackendConnectionError(f"Cannot reach the Redis server at {self.redis_url}: {e}") from e
 
 
-from .broker import RedisBroker  # noqa: E402  (public name of this module)
+from .broker import RedisBroker  # (public name of this module; imported last, as broker imports this one)
 
 __all__ = ["RedisBroker", "RedisTaskBackend", "default_worker_name"]
