@@ -13,9 +13,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from django.core.exceptions import ImproperlyConfigured
@@ -41,6 +41,8 @@ from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
 
+#: Most tasks `enqueue_many` stores in one script call.
+ENQUEUE_BATCH = 1000
 #: Seconds a token that wakes one worker process is kept, should the process be gone.
 WORKER_WAKE_TTL_S = 60
 #: Most running entries of one queue `release_unanswered` looks through.
@@ -49,6 +51,30 @@ RELEASE_SCAN_LIMIT = 100_000
 
 #: Marks `acknowledge` called without a return value: the result's own is stored.
 _ON_RESULT: Any = object()
+
+
+class PreparedTask(NamedTuple):
+    """A new task encoded for the enqueue script, with what its result needs."""
+
+    id: str
+    payload: str
+    segment: Segment
+    ready_score: str
+    score: str
+    args: Any
+    kwargs: Any
+    now: float
+
+
+def _call(index: int, call: Any) -> tuple[Any, Any]:
+    """Return one (args, kwargs) element of enqueue_many's calls, or raise TypeError naming it."""
+    try:
+        args, kwargs = call
+    except (TypeError, ValueError):
+        raise TypeError(f"enqueue_many's calls[{index}] must be an (args, kwargs) pair, not {call!r}.") from None
+    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence) or not isinstance(kwargs, Mapping):
+        raise TypeError(f"enqueue_many's calls[{index}] must be a (list, dict) pair, not {call!r}.")
+    return args, kwargs
 
 
 def default_worker_name() -> str:
@@ -102,38 +128,63 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
+        return self._enqueue_prepared(task, [self._prepare(task, args, kwargs, time.time())])[0]
+
+    def enqueue_many(
+        self, task, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+    ) -> list[ThreadmillTaskResult]:
+        """Enqueue `task` once for each (args, kwargs) of `calls`, in one script call per `ENQUEUE_BATCH`.
+
+        Every call's arguments are checked and encoded before anything is written, so bad
+        arguments for one fail the whole call. Returns the results in the order of `calls`
+        and sends `task_enqueued` for each.
+        """
+        self.validate_task(task)
+        now = time.time()
+        prepared = [self._prepare(task, *_call(i, call), now) for i, call in enumerate(calls)]
+        results: list[ThreadmillTaskResult] = []
+        for start in range(0, len(prepared), ENQUEUE_BATCH):
+            results += self._enqueue_prepared(task, prepared[start : start + ENQUEUE_BATCH])
+        return results
+
+    def _prepare(self, task, args, kwargs, now: float) -> PreparedTask:
         args, kwargs = normalize_json(args), normalize_json(kwargs)
         task_id = codec.new_task_id()
-        now = time.time()
         payload = codec.encode_new(task, task_id, args, kwargs, now)
         ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
         if task.run_after is not None:
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
             segment, score = Segment.READY, ready_score
+        return PreparedTask(task_id, payload, segment, ready_score, score, args, kwargs, now)
+
+    def _enqueue_prepared(self, task, prepared: list[PreparedTask]) -> list[ThreadmillTaskResult]:
         # WAITAOF waits at most half the socket timeout, so the server's own "not yet" arrives
         # before the client would give the connection up as lost.
         durable_within_s = self.options.socket_timeout / 2 if self.options.fsync_enqueue else None
-        self.scripts.enqueue(
-            task_id, payload, task.queue_name, segment, ready_score, score, int(now // 60), durable_within_s
-        )
-        result = ThreadmillTaskResult(
+        entries = [(p.id, p.payload, p.segment, p.ready_score, p.score) for p in prepared]
+        self.scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
+        results = [self._new_result(task, p) for p in prepared]
+        for result in results:
+            task_enqueued.send(type(self), task_result=result)
+        return results
+
+    def _new_result(self, task, prepared: PreparedTask) -> ThreadmillTaskResult:
+        return ThreadmillTaskResult(
             task=task,
-            id=task_id,
+            id=prepared.id,
             status=TaskResultStatus.READY,
-            enqueued_at=datetime.fromtimestamp(now, UTC),
+            enqueued_at=datetime.fromtimestamp(prepared.now, UTC),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
-            args=args,
-            kwargs=kwargs,
+            args=prepared.args,
+            kwargs=prepared.kwargs,
             backend=self.alias,
             errors=[],
             worker_ids=[],
-            segment=segment,
+            segment=prepared.segment,
         )
-        task_enqueued.send(type(self), task_result=result)
-        return result
 
     @translate_errors
     def get_result(self, result_id: str) -> ThreadmillTaskResult:
