@@ -16,6 +16,14 @@ class ServerUnreachable(BackendConnectionError):
     """
 
 
+class DurableEnqueueError(ThreadmillError):
+    """Raised when `fsync_enqueue` is on and the server cannot confirm a task is in its append-only file.
+
+    The server has no append-only file, lacks WAITAOF (Redis or Valkey before 7.2), or did
+    not fsync within the wait; the message names which and the fix.
+    """
+
+
 class AcknowledgementTimeout(ThreadmillError):
     """Raised (and recorded as a task error) when a task's lease expired before it was acknowledged."""
 

@@ -66,6 +66,7 @@ def test_actions_refuse_get(operator_client, seeded):
 def test_requeue_selected_confirms_with_the_server_count_then_acts_and_audits(operator_client, operator, seeded, raw):
     url = "/threadmill/default/default/running/requeue/"
     ids = [seeded["running"], seeded["ready"]]  # the ready one is not in this segment
+    raw.zadd("threadmill:{default}:default:running", {seeded["running"]: 1})  # stuck: its lease is overdue
     confirm = csrf_post(operator_client, url, {"scope": "selected", "ids": ids})
     assert confirm.status_code == 200
     assert 'id="confirm-count">1 task<' in confirm.content.decode()

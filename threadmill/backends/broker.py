@@ -37,6 +37,8 @@ logger = logging.getLogger("threadmill.broker")
 CLAIM_WINDOW_S = 60.0
 #: Most running entries of one queue a recovery call looks through for a dead worker's leases.
 RECOVERY_SCAN_LIMIT = 10_000
+#: Most expired ids a trim call drops from each finished segment.
+TRIM_BATCH_SIZE = 1000
 
 
 class RedisBroker:
@@ -45,6 +47,8 @@ class RedisBroker:
     def __init__(self, backend: RedisTaskBackend, queue_names: list[str] | None = None) -> None:
         self.backend = backend
         self.queue_names = queue_names
+        #: Monotonic time the next deferred task falls due, as of the last mover pass; None when none is deferred.
+        self.next_due_at: float | None = None
         #: Monotonic time since which every pass reached the server; None after a failure.
         self._reachable_since: float | None = None
 
@@ -52,21 +56,29 @@ class RedisBroker:
         return self.queue_names or self.backend.queue_names()
 
     def run(self, stop: threading.Event) -> None:
-        """Run passes every `broker_interval` until `stop` is set."""
+        """Run passes every `broker_interval`, and the mover alone when a deferred task falls due, until `stop`."""
+        interval = self.backend.options.broker_interval
+        next_pass = 0.0
         while not stop.is_set():
-            self.run_once()
-            stop.wait(self.backend.options.broker_interval)
+            if time.monotonic() >= next_pass:
+                self.run_once()
+                next_pass = time.monotonic() + interval
+            else:
+                self.move_all()
+            wake_at = next_pass if self.next_due_at is None else min(next_pass, self.next_due_at)
+            stop.wait(max(0.0, wake_at - time.monotonic()))
 
     def run_once(self) -> tuple[int, int]:
         """Run one mover, reaper and recovery pass over every queue; return (promoted, reaped and recovered)."""
         promoted = reaped = 0
         recovering = self._trusts_heartbeats(time.monotonic())
         try:
+            promoted = self.move_all()
             for queue_name in self.queues():
-                promoted += self.move(queue_name)
                 reaped += self.reap(queue_name)
                 if recovering:
                     reaped += self.recover(queue_name)
+                self.trim(queue_name)
         except Exception:
             self._reachable_since = None
             raise
@@ -78,14 +90,41 @@ class RedisBroker:
         options = self.backend.options
         return now - self._reachable_since >= options.worker_timeout + options.socket_timeout
 
+    def move_all(self) -> int:
+        """Run the mover over every queue and note when the next deferred task falls due; return how many moved."""
+        total, next_due_in = 0, None
+        self.next_due_at = None  # A failed pass leaves it unset: the next full pass tries again.
+        for queue_name in self.queues():
+            moved, due_in = self._move(queue_name)
+            total += moved
+            if due_in is not None and (next_due_in is None or due_in < next_due_in):
+                next_due_in = due_in
+        self.next_due_at = None if next_due_in is None else time.monotonic() + next_due_in
+        return total
+
     def move(self, queue_name: str) -> int:
         """Promote every due deferred task of a queue to ready; return how many."""
+        return self._move(queue_name)[0]
+
+    def _move(self, queue_name: str) -> tuple[int, float | None]:
         batch_size = self.backend.options.batch_size
         total = 0
-        while (moved := self.backend.scripts.promote(queue_name, batch_size)) > 0:
+        while True:
+            moved, due_in = self.backend.scripts.promote(queue_name, batch_size)
             total += moved
             if moved < batch_size:
-                break
+                return total, due_in
+
+    def trim(self, queue_name: str) -> int:
+        """Drop the finished ids of a queue whose task data expired with `result_ttl`; return how many.
+
+        `acknowledge` trims only the segment it writes to, so without this an idle queue
+        would keep listing and counting tasks that are gone.
+        """
+        result_ttl = self.backend.options.result_ttl
+        total = 0
+        while (dropped := self.backend.scripts.trim_finished(queue_name, result_ttl, TRIM_BATCH_SIZE)) > 0:
+            total += dropped
         return total
 
     def reap(self, queue_name: str) -> int:

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 
 from django.tasks import task_backends
@@ -56,6 +57,7 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
     while not process.finished.wait(PARENT_CHECK_INTERVAL_S):
         if os.getppid() != supervisor_pid and process.stop():
             logger.warning("The supervisor of worker process %s is gone; stopping.", process.name)
+            _wake(process)
     telemetry.goodbye()
     cpu, wall = time.process_time() - started[0], time.monotonic() - started[1]
     logger.info(
@@ -79,6 +81,7 @@ def _install_signal_handlers(process: WorkerProcess) -> None:
         if not process.stop():
             # A second stop signal (Ctrl-C twice, or SIGTERM then SIGTERM or SIGINT) means now.
             os._exit(EXIT_INTERRUPTED)
+        _wake(process)
         logger.info(
             "Worker process %s stopping: buffered tasks go back to ready, running ones have %g s to finish.",
             process.name,
@@ -87,3 +90,15 @@ def _install_signal_handlers(process: WorkerProcess) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+
+
+def _wake(process: WorkerProcess) -> None:
+    """Wake the fetcher if it blocks waiting for tasks, from a thread: a signal handler must not block."""
+
+    def wake() -> None:
+        try:
+            process.backend.wake_worker(process.name)
+        except Exception as e:  # noqa: BLE001 - without it the stop only waits for the idle timeout
+            logger.warning("Could not wake worker process %s to stop: %s", process.name, e)
+
+    threading.Thread(target=wake, name="wake", daemon=True).start()

@@ -21,6 +21,10 @@ The process moves through these phases (`Phase`); `_enter` is the only place tha
   interrupted attempts (`AttemptAbandoned`), and the process exits without them.
 - any -> STOPPED: every consumer thread died, or the fetcher met an error it cannot ride out.
 
+An idle process (nothing ready, nothing held) does not poll: it blocks on its queues' wake
+lists, which every script that makes a task ready pushes one token onto (one token wakes one
+worker; a full acquire passes it on), and on its own wake list, which a stop signal pushes.
+
 Riding out the server: a call that cannot reach it (`ServerUnreachable`) keeps everything in
 memory (buffered tasks still run, outcomes wait) and the fetcher tries again after a pause that
 doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`. Acknowledgements are fenced by
@@ -66,6 +70,9 @@ ACK_BATCH = 100
 RECONNECT_PAUSE_S = 0.05
 #: Longest such pause, seconds: short, so a drain resumes within seconds of the server's return.
 RECONNECT_MAX_PAUSE_S = 2.0
+#: Longest an idle process blocks on its queues' wake lists before it looks again, seconds.
+#: An enqueue wakes it at once; the timeout only bounds what a lost token could cost.
+IDLE_WAIT_S = 5.0
 
 
 class Phase(enum.Enum):
@@ -93,6 +100,7 @@ class Work:
     outcomes: list[Outcome] = field(default_factory=list)
     interrupted: list[ThreadmillTaskResult] = field(default_factory=list)
     lease: int = 0
+    wait_for_wake: bool = False
     last: bool = False
 
 
@@ -135,6 +143,8 @@ class WorkerProcess:
         self._offline_since: float | None = None
         self._reconnect_pause = RECONNECT_PAUSE_S
         self._unanswered: list[str] = []
+        #: Set when an acquire found nothing and nothing is held: block on the wake lists next.
+        self._idle = False
         self._lock = threading.Lock()
         self._has_tasks = threading.Condition(self._lock)
         self._has_work = threading.Condition(self._lock)
@@ -244,6 +254,11 @@ class WorkerProcess:
             self.budget -= work.lease
         if work.release or work.outcomes or work.lease or self._unanswered:
             return work
+        if self._idle and self.phase is Phase.FETCHING:
+            # The fetch after the wait comes at once, whether a token or the timeout ended it.
+            self._idle, self._next_fetch_at = False, 0.0
+            work.wait_for_wake = True
+            return work
         return None
 
     def _take_last_work(self) -> Work:
@@ -307,6 +322,8 @@ class WorkerProcess:
             if work.lease:
                 self._lease(work.lease)
                 work.lease = 0
+            if work.wait_for_wake:
+                self.backend.wait_for_tasks(self.config.queues, self.name, IDLE_WAIT_S)
         except ServerUnreachable as e:
             if not work.last:
                 self._wait_for_server(work, e)
@@ -357,7 +374,11 @@ class WorkerProcess:
                 self._poll_pause = self.backend.options.poll_interval
                 self.buffer.extend(Buffered(result, expires) for result in results)
                 self._has_tasks.notify(len(results))
+            elif not self.holds_leases and not self.config.exit_empty:
+                # Nothing ready and nothing held: wait on the server, woken by the next enqueue.
+                self._idle, self._next_fetch_at = True, float("inf")
             else:
+                # Tasks still run here: poll, so their acknowledgements are not held up by a wait.
                 self._next_fetch_at = time.monotonic() + self._poll_pause
                 self._poll_pause = min(2 * self._poll_pause, self.backend.options.poll_max_interval)
             if self.phase is Phase.FETCHING:

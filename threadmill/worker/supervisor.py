@@ -88,8 +88,11 @@ class Supervisor:
     def _turn(self, wake_read: int) -> None:
         now = time.monotonic()
         if not self.stopping and now >= self._next_broker_pass:
-            self._broker_pass()
+            self._broker_pass(self.broker.run_once)
             self._next_broker_pass = time.monotonic() + self.backend.options.broker_interval
+        elif not self.stopping and self.broker.next_due_at is not None and now >= self.broker.next_due_at:
+            # Deferred tasks start on time, not at the next full pass: the mover alone runs when one falls due.
+            self._broker_pass(self.broker.move_all)
         for slot, at in list(self._respawn_at.items()):
             if self.stopping:
                 del self._respawn_at[slot]
@@ -98,16 +101,21 @@ class Supervisor:
                 self._spawn(slot)
         if self.stopping and now >= self._kill_at:
             self._kill_children()
-        deadlines = [self._kill_at] if self.stopping else [self._next_broker_pass, *self._respawn_at.values()]
+        if self.stopping:
+            deadlines = [self._kill_at]
+        else:
+            deadlines = [self._next_broker_pass, *self._respawn_at.values()]
+            if self.broker.next_due_at is not None:
+                deadlines.append(self.broker.next_due_at)
         timeout = None if min(deadlines) == float("inf") else max(0.0, min(deadlines) - time.monotonic())
         ready = wait([wake_read, *(process.sentinel for process, _ in self.children.values())], timeout)
         if wake_read in ready:
             os.read(wake_read, 512)
         self._collect()
 
-    def _broker_pass(self) -> None:
+    def _broker_pass(self, run) -> None:
         try:
-            self.broker.run_once()
+            run()
         except ServerUnreachable as e:
             if not self._broker_failing:
                 logger.warning("A broker pass cannot reach the server (%s); it is retried every pass.", e)

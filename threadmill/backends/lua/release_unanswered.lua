@@ -3,8 +3,9 @@
 -- are leased to a live worker that does not know them. Such a lease carries the call's token
 -- base; it goes back to ready as it was, with no attempt recorded, like release.
 -- KEYS[1]    (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
--- KEYS[2i]   (zset)   queue i's running segment
--- KEYS[2i+1] (zset)   queue i's ready segment
+-- KEYS[3i-1] (zset)   queue i's running segment
+-- KEYS[3i]   (zset)   queue i's ready segment
+-- KEYS[3i+1] (list)   queue i's wake list
 -- ARGV[1]    (number) the most running entries to look through per queue
 -- ARGV[2..]  (string) the token bases of the unanswered acquire calls
 -- Returns: the number of tasks released
@@ -13,8 +14,9 @@ for i = 2, #ARGV do
   prefixes[#prefixes + 1] = ARGV[i] .. ':'
 end
 local released = 0
-for q = 1, (#KEYS - 1) / 2 do
-  local running, ready = KEYS[2 * q], KEYS[2 * q + 1]
+for q = 1, (#KEYS - 1) / 3 do
+  local running, ready, wake = KEYS[3 * q - 1], KEYS[3 * q], KEYS[3 * q + 1]
+  local before = released
   for _, id in ipairs(redis.call('ZRANGE', running, 0, tonumber(ARGV[1]) - 1)) do
     local key = KEYS[1] .. id
     local fields = redis.call('HMGET', key, 'lease_token', 'score', 'started_at', 'lease_started_at')
@@ -34,6 +36,9 @@ for q = 1, (#KEYS - 1) / 2 do
         end
       end
     end
+  end
+  if released > before and redis.call('LLEN', wake) == 0 then
+    redis.call('LPUSH', wake, '1')
   end
 end
 return released
