@@ -113,6 +113,8 @@ class RedisScripts:
         self._peek_matching = register(_source("peek_matching"))
         self._requeue_many = register(_source("requeue_many"))
         self._heartbeat = register(_source("heartbeat"))
+        self._pause = register(_source("pause"))
+        self._resume = register(_source("resume"))
         self._claim_abandoned = register(_source("claim_abandoned"))
         self._release = register(_source("release"))
         self._release_unanswered = register(_source("release_unanswered"))
@@ -239,7 +241,10 @@ class RedisScripts:
         keys += [k.segment(q, Segment.RUNNING) for q in queue_names]
         keys.append(k.task_prefix())
         keys += [k.wake(q) for q in queue_names]
-        return self._run(self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base])
+        keys.append(k.paused())
+        return self._run(
+            self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base, *queue_names]
+        )
 
     @translate_errors
     def acknowledge(
@@ -475,3 +480,14 @@ class RedisScripts:
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()
             raise
+
+    @translate_errors
+    def pause(self, queue_name: str, by: str) -> int:
+        return self._run(self._pause, keys=[self.keys.paused()], args=[queue_name, by])
+
+    @translate_errors
+    def resume(self, queue_name: str) -> int:
+        k = self.keys
+        return self._run(
+            self._resume, keys=[k.paused(), k.segment(queue_name, Segment.READY), k.wake(queue_name)], args=[queue_name]
+        )
