@@ -11,7 +11,8 @@ from threadmill import api
 
 #: Most tasks one "requeue selected" or "delete selected" may name.
 MAX_SELECTION = 500
-_TASK_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+# Matched with fullmatch: a `$` anchor would also pass an id with a trailing newline.
+_TASK_ID = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 
 
 class FilterForm(forms.Form):
@@ -43,7 +44,7 @@ class SelectionForm(forms.Form):
         data = super().clean()
         if len(self.task_ids) > MAX_SELECTION:
             raise ValidationError(f"Select at most {MAX_SELECTION} tasks at a time, or act on the whole view.")
-        bad = [task_id for task_id in self.task_ids if not _TASK_ID.match(task_id)]
+        bad = [task_id for task_id in self.task_ids if not _TASK_ID.fullmatch(task_id)]
         if bad:
             raise ValidationError("The selection holds a malformed task id.")
         if data.get("scope") == "selected" and not self.task_ids:

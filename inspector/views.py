@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import messages
 from django.core.exceptions import BadRequest
 from django.core.paginator import EmptyPage
@@ -37,10 +39,17 @@ def _queue_or_404(alias: str, queue_name: str) -> None:
         raise Http404(f"No queue named {queue_name!r} on backend {alias!r}.")
 
 
+#: Highest page number a console page accepts.
+MAX_PAGE = 10**9
+# ASCII digits only: str.isdigit() also passes '²' and '①', which int() refuses, and an
+# unbounded run of digits reaches int()'s 4,300-digit limit.
+_PAGE_NUMBER = re.compile(r"[0-9]{1,10}")
+
+
 def _page_number(request) -> int:
     raw = request.GET.get("page", "1")
-    if not raw.isdigit() or not 1 <= int(raw) <= 10**9:
-        raise BadRequest(f"The page number must be a whole number from 1, not {raw[:20]!r}.")
+    if not _PAGE_NUMBER.fullmatch(raw) or not 1 <= int(raw) <= MAX_PAGE:
+        raise BadRequest(f"The page number must be a whole number from 1 to {MAX_PAGE:,}, not {raw[:20]!r}.")
     return int(raw)
 
 

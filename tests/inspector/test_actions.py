@@ -126,6 +126,7 @@ def test_requeueing_the_ready_segment_is_a_400(operator_client, seeded):
     [
         ({"scope": "selected"}, "Select at least one task."),
         ({"scope": "selected", "ids": ["bad id!"]}, "The selection holds a malformed task id."),
+        ({"scope": "selected", "ids": ["good-id\n"]}, "The selection holds a malformed task id."),
         ({"scope": "everything"}, "Select a valid choice."),
         ({"scope": "selected", "ids": [f"id-{i}" for i in range(501)]}, "Select at most 500 tasks"),
         ({"scope": "view", "task": "no spaces"}, "The task path filter must be a dotted Python path"),

@@ -116,9 +116,17 @@ def test_filtering_by_task_path_and_error_class(operator_client, seeded):
     [
         (
             "/threadmill/default/default/ready/?page=abc",
-            "The page number must be a whole number from 1, not &#x27;abc&#x27;.",
+            "The page number must be a whole number from 1 to 1,000,000,000, not &#x27;abc&#x27;.",
         ),
         ("/threadmill/default/default/ready/?page=0", "The page number must be a whole number from 1"),
+        # Characters str.isdigit() passes but int() refuses, and more digits than int() reads.
+        ("/threadmill/default/default/ready/?page=%C2%B2", "The page number must be a whole number from 1"),
+        ("/threadmill/default/default/failed/?page=%C2%B3", "not &#x27;³&#x27;."),
+        ("/threadmill/default/default/ready/?page=%E2%91%A0", "The page number must be a whole number from 1"),
+        ("/threadmill/default/default/ready/?page=" + "1" * 4301, "from 1 to 1,000,000,000, not &#x27;1111"),
+        ("/threadmill/audit/?page=%C2%B2", "The page number must be a whole number from 1"),
+        ("/threadmill/audit/?page=" + "9" * 5000, "The page number must be a whole number from 1"),
+        ("/threadmill/default/default/ready/?page=1%0A", "The page number must be a whole number from 1"),
         ("/threadmill/default/default/ready/?task=a%20b", "The task path filter must be a dotted Python path"),
         (
             "/threadmill/default/default/ready/?error=%3Cscript%3E",
@@ -259,3 +267,12 @@ def test_the_per_minute_rate_slides_over_the_last_sixty_seconds():
     assert sliding_minute([0, 60, 10], elapsed=0.25) == 55
     assert sliding_minute([7], elapsed=0.5) == 7
     assert sliding_minute([], elapsed=0.5) == 0
+
+
+@pytest.mark.parametrize("field", ["task_path", "error_class"])
+def test_a_filter_path_with_a_trailing_newline_is_refused(field):
+    from threadmill import api
+
+    with pytest.raises(ValueError, match="must be a dotted Python path"):
+        api.Filter(**{field: "tests.tasks.add\n"})
+    assert getattr(api.Filter(**{field: "tests.tasks.add"}), field) == "tests.tasks.add"

@@ -44,7 +44,8 @@ FILTER_SCAN_LIMIT = 100_000
 #: Points in a throughput sparkline, one per minute.
 SPARKLINE_MINUTES = 60
 
-_DOTTED_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# Matched with fullmatch: a `$` anchor would also pass a path with a trailing newline.
+_DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def backend_aliases() -> list[str]:
@@ -82,7 +83,7 @@ class Filter:
 
     def __post_init__(self) -> None:
         for name, value in (("task path", self.task_path), ("error class", self.error_class)):
-            if value and (len(value) > 200 or not _DOTTED_PATH.match(value)):
+            if value and (len(value) > 200 or not _DOTTED_PATH.fullmatch(value)):
                 raise ValueError(f"The {name} filter must be a dotted Python path, such as 'myapp.tasks.send'.")
 
     def __bool__(self) -> bool:
