@@ -30,8 +30,21 @@ class FilterForm(forms.Form):
         return data
 
 
-class SelectionForm(forms.Form):
-    """What an action applies to: the selected task ids, or the whole (filtered) view."""
+class ForceForm(forms.Form):
+    """Whether a requeue forces running tasks whose workers are alive and leases current (they may run twice)."""
+
+    force = forms.ChoiceField(
+        choices=[("", "no"), ("yes", "yes")],
+        required=False,
+        error_messages={"invalid_choice": "The force field is either 'yes' or absent."},
+    )
+
+    def clean_force(self) -> bool:
+        return self.cleaned_data["force"] == "yes"
+
+
+class SelectionForm(ForceForm):
+    """What an action applies to: the selected task ids, or the whole (filtered) view, and whether it is forced."""
 
     scope = forms.ChoiceField(choices=[("selected", "selected"), ("view", "view")], initial="selected")
     ids = forms.CharField(required=False, widget=forms.MultipleHiddenInput)

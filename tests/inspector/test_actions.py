@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from inspector.models import AuditEntry
-from tests.inspector.conftest import csrf_post
+from tests.inspector.conftest import csrf_post, dead
 
 pytestmark = pytest.mark.django_db
 
@@ -63,24 +63,29 @@ def test_actions_refuse_get(operator_client, seeded):
     assert operator_client.get("/threadmill/default/default/failed/requeue/").status_code == 405
 
 
-def test_requeue_selected_confirms_with_the_server_count_then_acts_and_audits(operator_client, operator, seeded, raw):
+def test_requeue_selected_confirms_with_the_server_count_then_acts_and_audits(
+    operator_client, operator, seeded, raw, backend
+):
+    dead(backend, "ghost:1")  # the worker holding the running task died
     url = "/threadmill/default/default/running/requeue/"
     ids = [seeded["running"], seeded["ready"]]  # the ready one is not in this segment
     confirm = csrf_post(operator_client, url, {"scope": "selected", "ids": ids})
     assert confirm.status_code == 200
     assert 'id="confirm-count">1 task<' in confirm.content.decode()
+    assert 'id="live-warning"' not in confirm.content.decode()
     assert raw.zcard("threadmill:{default}:default:running") == 1
     done = csrf_post(operator_client, url, {"scope": "selected", "ids": ids, "confirmed": "yes"})
     assert done.status_code == 302 and done.headers["Location"] == "/threadmill/default/default/running/"
     assert raw.zcard("threadmill:{default}:default:running") == 0
     assert raw.hget("threadmill:{default}:task:" + seeded["running"], "segment") == b"ready"
     entry = AuditEntry.objects.get()
-    assert (entry.username, entry.action, entry.segment, entry.count, entry.task_ids) == (
+    assert (entry.username, entry.action, entry.segment, entry.count, entry.task_ids, entry.forced) == (
         "operator",
         "requeue",
         "running",
         1,
         [seeded["running"]],
+        False,
     )
     page = operator_client.get(done.headers["Location"]).content.decode()
     assert "Requeued 1 task." in page
