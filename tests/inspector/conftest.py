@@ -94,6 +94,11 @@ def dead(backend, worker: str) -> None:
 @pytest.fixture
 def seeded(backend, raw):
     """One task in every segment of the default queue (ready, deferred, running, successful, failed, unreadable)."""
+    return seed(backend, raw)
+
+
+def seed(backend, raw) -> dict[str, str]:
+    """Put one task in every segment of the default queue; return their ids by segment."""
     from tests.tasks import add, echo
 
     running, succeeded, failed, unreadable = (add.enqueue(i, i) for i in range(4))
