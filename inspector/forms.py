@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from django import forms
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from threadmill import api
 
@@ -83,5 +83,9 @@ class PurgeForm(forms.Form):
 
 
 def reason(form: forms.Form) -> str:
-    """Return a form's errors as one sentence for a 400 page."""
-    return " ".join(str(message) for messages in form.errors.values() for message in messages)
+    """Return a form's errors as one sentence for a 400 page, each field's prefixed by its name."""
+    return " ".join(
+        str(message) if name == NON_FIELD_ERRORS else f"{name.capitalize()}: {message}"
+        for name, messages in form.errors.items()
+        for message in messages
+    )

@@ -192,3 +192,15 @@ def test_an_unreachable_server_is_a_503_page_not_a_500(operator_client, backend,
     response = operator_client.get("/threadmill/default/default/ready/")
     assert response.status_code == 503
     assert "Cannot reach the Redis server" in response.content.decode()
+
+
+def test_requeue_selected_ignores_the_ids_of_another_queue_s_tasks(operator_client, seeded, raw):
+    # requeue_many.lua checks a task's segment, not its queue: given a default task's id on the emails
+    # queue, it put the task in emails' ready set while it stayed in default's deferred set.
+    url = "/threadmill/default/emails/deferred/requeue/"
+    response = csrf_post(operator_client, url, {"scope": "selected", "ids": [seeded["deferred"]], "confirmed": "yes"})
+    assert response.status_code == 302
+    assert raw.zcard("threadmill:{default}:emails:ready") == 0
+    assert raw.zrange("threadmill:{default}:default:deferred", 0, -1) == [seeded["deferred"].encode()]
+    assert raw.hget("threadmill:{default}:task:" + seeded["deferred"], "segment") == b"deferred"
+    assert AuditEntry.objects.get().count == 0

@@ -68,8 +68,14 @@ def requeue(alias: str, task_id: str, *, force: bool = False) -> Requeued:
 def requeue_selected(
     alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str], *, force: bool = False
 ) -> Requeued:
-    """Requeue the selected tasks of a segment in one script; running ones on live workers only with `force`."""
-    moved = get_backend(alias).requeue_many(queue_name, segment=segment, task_ids=task_ids, force=force)
+    """Requeue the selected tasks of a segment in one script; running ones on live workers only with `force`.
+
+    Ids of tasks outside this queue's segment are dropped first: the script checks a task's
+    segment but not its queue, and a task's queue never changes, so this read cannot go stale.
+    """
+    backend = get_backend(alias)
+    task_ids = backend.in_segment(queue_name, segment, task_ids)
+    moved = backend.requeue_many(queue_name, segment=segment, task_ids=task_ids, force=force)
     if force:
         return Requeued(moved)
     left = set(moved)
