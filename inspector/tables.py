@@ -274,6 +274,6 @@ def segment_table(request, alias, queue_name, segment, where, page_number, selec
     sort = request.GET.get("sort", "")
     if sort not in SORTS:
         # django-tables2 would read anything else as a path of accessors.
-        raise BadRequest(f"The sort must be one of {', '.join(SORTS)}, not {sort[:20]!r}.")
+        raise BadRequest(f"The sort must be enqueued_at or -enqueued_at (reversed), not {sort[:20]!r}.")
     table.order_by = sort or None
     return table
