@@ -127,7 +127,10 @@ def test_filtering_by_task_path_and_error_class(operator_client, seeded):
         ("/threadmill/audit/?page=%C2%B2", "The page number must be a whole number from 1"),
         ("/threadmill/audit/?page=" + "9" * 5000, "The page number must be a whole number from 1"),
         ("/threadmill/default/default/ready/?page=1%0A", "The page number must be a whole number from 1"),
-        ("/threadmill/default/default/ready/?sort=..%2F..", "The sort must be enqueued_at or -enqueued_at (reversed), not &#x27;../..&#x27;."),
+        (
+            "/threadmill/default/default/ready/?sort=..%2F..",
+            "The sort must be enqueued_at or -enqueued_at (reversed), not &#x27;../..&#x27;.",
+        ),
         ("/threadmill/default/default/ready/?task=a%20b", "The task path filter must be a dotted Python path"),
         (
             "/threadmill/default/default/ready/?error=%3Cscript%3E",
