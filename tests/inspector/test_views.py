@@ -280,3 +280,32 @@ def test_a_filter_path_with_a_trailing_newline_is_refused(field):
     with pytest.raises(ValueError, match="must be a dotted Python path"):
         api.Filter(**{field: "tests.tasks.add\n"})
     assert getattr(api.Filter(**{field: "tests.tasks.add"}), field) == "tests.tasks.add"
+
+
+HOSTILE_TELEMETRY = [
+    '{"type":"worker","host":"h","pid":Infinity}',
+    '{"type":"worker","host":"h","pid":NaN,"threads":-Infinity}',
+    '{"type":"worker","host":"h","pid":1e400,"rss":1e308,"cpu_percent":NaN,"tasks_per_minute":Infinity}',
+    '{"type":"worker","host":"h","pid":' + "9" * 400 + ',"threads":' + "9" * 400 + "}",
+    '{"type":"worker","host":"h","pid":2,"started_at":1e308,"interval":-5,"rss":-1}',
+    '{"type":"worker","host":"h","pid":3,"started_at":-1e308,"interval":0,"busy":"all","queues":{"a":1}}',
+    '{"type":"snapshot","host":{"a":[1]},"pid":4,"queues":[null,[],{}]}',
+    "[" * 100_000,
+    '{"type":"worker","pid":' + "[" * 100_000,
+    "\xff\xfe",
+]
+
+
+def test_hostile_telemetry_never_breaks_the_hub_or_the_workers_page(operator_client, monkeypatch):
+    import time
+
+    from threadmill.api import workers
+
+    hub = workers.TelemetryHub()
+    monkeypatch.setattr(workers, "_hub", hub)  # this process's hub stays clean for the other tests
+    for payload in HOSTILE_TELEMETRY:
+        hub.record("default", payload.encode("utf-8", "surrogateescape"), now=time.time())
+    for headers in ({}, {"HX-Request": "true"}):
+        assert operator_client.get("/threadmill/workers/", headers=headers).status_code == 200
+        assert operator_client.get("/threadmill/", headers=headers).status_code == 200
+    assert {w.pid for w in hub.workers()} >= {2, 3, 4}
