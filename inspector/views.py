@@ -215,18 +215,14 @@ def _action(request, action: str, alias: str, queue_name: str, segment: api.Segm
     if request.POST.get("confirmed") != "yes":
         return _confirm(request, action, alias, queue_name, segment, scope, ids, where)
     scope_text = (
-        "selected tasks" if scope == "selected" else f"view {where.task_path or '*'} {where.error_class or ''}".strip()
+        "selected tasks" if scope == "selected" else f"view {where.task_path or '*'} {where.error_class}".strip()
     )
     if action == "delete":
         done = api.delete(alias, queue_name, segment, ids)
         audit.record(request, action, alias, queue_name, segment.value, scope_text, len(done), done)
         messages.success(request, f"Deleted {_tasks(len(done))}.")
     else:
-        done = _requeue(alias, queue_name, segment, scope, ids, where, force)
-        audit.record(
-            request, action, alias, queue_name, segment.value, scope_text, len(done.moved), done.moved, forced=force
-        )
-        _say_requeued(request, done, force)
+        _requeue(request, alias, queue_name, segment, scope, scope_text, ids, where, force)
     return redirect(_segment_url(alias, queue_name, segment, where))
 
 
@@ -238,10 +234,14 @@ def _running_tasks(count: int) -> str:
     return f"{count} running task{'' if count == 1 else 's'}"
 
 
-def _requeue(alias, queue_name, segment, scope, ids, where, force: bool) -> api.Requeued:
+def _requeue(request, alias, queue_name, segment, scope, scope_text, ids, where, force: bool) -> None:
     if scope == "selected":
-        return api.requeue_selected(alias, queue_name, segment, ids, force=force)
-    return api.requeue_view(alias, queue_name, segment, where, force=force)
+        done = api.requeue_selected(alias, queue_name, segment, ids, force=force)
+    else:
+        done = api.requeue_view(alias, queue_name, segment, where, force=force)
+    moved = done.moved
+    audit.record(request, "requeue", alias, queue_name, segment.value, scope_text, len(moved), moved, forced=force)
+    _say_requeued(request, done, force)
 
 
 def _say_requeued(request, done: api.Requeued, force: bool) -> None:

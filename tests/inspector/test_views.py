@@ -153,10 +153,15 @@ def test_malformed_input_is_a_400_with_the_reason(operator_client, seeded, url, 
         "/threadmill/default/task/00000000-0000-7000-8000-000000000000/",
         "/threadmill/default/task/bad%20id/",
         "/threadmill/nope/task/x/",
+        # The path converters' patterns match whole segments: a trailing newline is no name.
+        "/threadmill/default%0A/default/ready/",
+        "/threadmill/default/default%0A/ready/",
+        "/threadmill/default/default/ready%0A/",
+        "/threadmill/default/task/{ready}%0A/",
     ],
 )
 def test_unknown_backend_queue_segment_or_task_is_a_404(operator_client, seeded, url):
-    assert operator_client.get(url).status_code == 404
+    assert operator_client.get(url.format(**seeded)).status_code == 404
 
 
 def test_the_task_detail_shows_args_errors_and_attempts(operator_client, seeded):
@@ -303,9 +308,12 @@ def test_hostile_telemetry_never_breaks_the_hub_or_the_workers_page(operator_cli
 
     hub = workers.TelemetryHub()
     monkeypatch.setattr(workers, "_hub", hub)  # this process's hub stays clean for the other tests
-    for payload in HOSTILE_TELEMETRY:
-        hub.record("default", payload.encode("utf-8", "surrogateescape"), now=time.time())
-    for headers in ({}, {"HX-Request": "true"}):
-        assert operator_client.get("/threadmill/workers/", headers=headers).status_code == 200
-        assert operator_client.get("/threadmill/", headers=headers).status_code == 200
-    assert {w.pid for w in hub.workers()} >= {2, 3, 4}
+    try:
+        for payload in HOSTILE_TELEMETRY:
+            hub.record("default", payload.encode("utf-8", "surrogateescape"), now=time.time())
+        for headers in ({}, {"HX-Request": "true"}):
+            assert operator_client.get("/threadmill/workers/", headers=headers).status_code == 200
+            assert operator_client.get("/threadmill/", headers=headers).status_code == 200
+        assert {w.pid for w in hub.workers()} >= {2, 3, 4}
+    finally:
+        hub.stop()  # reading its workers started its subscription
