@@ -185,33 +185,19 @@ class RedisTooling:
             ]
         return Page(items, int(reply[0])), complete
 
-    def requeue_many(
-        self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str], force: bool = False
-    ) -> list[str]:
-        """Requeue the given tasks of one segment to ready in one script; return the ids that moved.
-
-        STAND-IN, replaced by wip/backend: without `force`, running tasks with live leases are
-        skipped by a read before the script, not atomically inside it.
-        """
+    def requeue_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> list[str]:
+        """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""
         segment = Segment.parse(segment)
         ids = list(task_ids)
-        if ids and segment is Segment.RUNNING and not force:
-            live = set(self.live_leases(queue_name, ids))
-            ids = [task_id for task_id in ids if task_id not in live]
         return self.scripts.requeue_many(queue_name, segment, ids) if ids else []
 
-    def requeue_matching(
-        self, queue_name: str, *, segment: Segment | str, needles: Sequence[str] = (), force: bool = False
-    ) -> list[str]:
+    def requeue_matching(self, queue_name: str, *, segment: Segment | str, needles: Sequence[str] = ()) -> list[str]:
         """Requeue every task of a segment whose document contains every needle, one window per script call.
 
         Returns the ids that moved. Each task moves atomically; a crash between windows
-        leaves the rest where they were. STAND-IN, replaced by wip/backend: the running
-        segment without `force` is read whole, then requeued by id, skipping live leases.
+        leaves the rest where they were.
         """
         segment = Segment.parse(segment)
-        if segment is Segment.RUNNING and not force:
-            return self._requeue_matching_running_stand_in(queue_name, needles)
         moved: list[str] = []
         cursor = 0
         while cursor >= 0:
@@ -220,39 +206,6 @@ class RedisTooling:
             )
             moved += ids
         return moved
-
-    def _requeue_matching_running_stand_in(self, queue_name: str, needles: Sequence[str]) -> list[str]:
-        ids = [i.decode() for i in self.client.zrange(self.keys.segment(queue_name, Segment.RUNNING), 0, -1)]
-        pipe = self.client.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hget(self.keys.task(task_id), "data")
-        documents = [(d or b"").decode("utf-8", "replace") for d in pipe.execute()]
-        matching = [i for i, d in zip(ids, documents, strict=True) if all(n in d for n in needles)]
-        return self.requeue_many(queue_name, segment=Segment.RUNNING, task_ids=matching)
-
-    @translate_errors
-    def live_leases(self, queue_name: str, task_ids: Iterable[str]) -> list[str]:
-        """Return those of the given ids that are running with a current lease and a worker not known dead.
-
-        STAND-IN, replaced by wip/backend.
-        """
-        ids = list(task_ids)
-        if not ids:
-            return []
-        seconds, micros = self.client.time()
-        now = seconds + micros / 1e6
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zmscore(self.keys.segment(queue_name, Segment.RUNNING), ids)
-        for task_id in ids:
-            pipe.hget(self.keys.task(task_id), "lease_worker")
-        deadlines, *workers = pipe.execute()
-        names = [(w or b"").decode() for w in workers]
-        beats = self.client.zmscore(self.keys.workers(), [name or "?" for name in names])
-        return [
-            task_id
-            for task_id, deadline, beat in zip(ids, deadlines, beats, strict=True)
-            if deadline is not None and deadline > now and (beat is None or beat >= now - self.options.worker_timeout)
-        ]
 
     @translate_errors
     def in_segment(self, queue_name: str, segment: Segment | str, task_ids: Sequence[str]) -> list[str]:
