@@ -5,7 +5,9 @@ import os
 from inspector.site.settings import *  # noqa: F403
 
 REDIS_URL = os.environ.get("THREADMILL_TEST_REDIS_URL", "redis://127.0.0.1:1/0")
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ.get("THREADMILL_TEST_DB", ":memory:")}}
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ.get("THREADMILL_TEST_DB", ":memory:")}
+}
 TASKS = {
     "default": {
         "BACKEND": "threadmill.backends.redis.RedisTaskBackend",

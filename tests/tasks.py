@@ -108,3 +108,13 @@ async def async_attempt(context, value=None):
 @task
 def stop_consumer():
     raise SystemExit(3)
+
+
+@task
+def stamp(key):
+    """Record when the task started (epoch seconds) in the test server's `test:stamps` hash."""
+    import time
+
+    started = time.time()
+    _runs().hset("test:stamps", key, repr(started))
+    return key

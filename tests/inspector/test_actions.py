@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from inspector.models import AuditEntry
-from tests.inspector.conftest import csrf_post, dead
+from tests.inspector.conftest import csrf_post
 
 pytestmark = pytest.mark.django_db
 
@@ -63,12 +63,10 @@ def test_actions_refuse_get(operator_client, seeded):
     assert operator_client.get("/threadmill/default/default/failed/requeue/").status_code == 405
 
 
-def test_requeue_selected_confirms_with_the_server_count_then_acts_and_audits(
-    operator_client, operator, seeded, raw, backend
-):
-    dead(backend, "ghost:1")  # the worker holding the running task died
+def test_requeue_selected_confirms_with_the_server_count_then_acts_and_audits(operator_client, operator, seeded, raw):
     url = "/threadmill/default/default/running/requeue/"
     ids = [seeded["running"], seeded["ready"]]  # the ready one is not in this segment
+    raw.zadd("threadmill:{default}:default:running", {seeded["running"]: 1})  # stuck: its lease is overdue
     confirm = csrf_post(operator_client, url, {"scope": "selected", "ids": ids})
     assert confirm.status_code == 200
     assert 'id="confirm-count">1 task<' in confirm.content.decode()

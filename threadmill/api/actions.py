@@ -92,10 +92,7 @@ def requeue_view(
 
 def delete(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
     """Delete those selected tasks still in the segment, with their data and results, in one script."""
-    backend = get_backend(alias)
-    present = backend.in_segment(queue_name, segment, task_ids)
-    backend.delete(present)
-    return present
+    return get_backend(alias).delete_many(queue_name, segment=segment, task_ids=task_ids)
 
 
 def purge(alias: str, queue_name: str, segment: Segment) -> int:

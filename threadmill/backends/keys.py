@@ -49,6 +49,14 @@ class KeySchema:
         """Sorted set of task ids in one segment of a queue."""
         return f"{self.prefix}:{queue_name}:{segment}"
 
+    def wake(self, queue_name: str) -> str:
+        """List holding at most one token: pushed when tasks become ready, popped (BLPOP) by an idle worker."""
+        return f"{self.prefix}:{queue_name}:wake"
+
+    def worker_wake(self, name: str) -> str:
+        """List an idle worker process also waits on, so it can be woken to stop."""
+        return f"{self.prefix}:worker:{name}:wake"
+
     def queues(self) -> str:
         """Set of every queue name a task was ever enqueued on."""
         return f"{self.prefix}:queues"

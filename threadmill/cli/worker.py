@@ -16,7 +16,12 @@ from django.tasks.exceptions import InvalidTaskBackend
 
 from ..exceptions import BackendConnectionError
 from ..logs import LOG_FORMATS, configure
-from ..worker.config import DEFAULT_PREFETCH_PER_THREAD, WorkerConfig, default_process_count
+from ..worker.config import (
+    DEFAULT_PREFETCH_PER_THREAD,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    WorkerConfig,
+    default_process_count,
+)
 from ..worker.supervisor import Supervisor
 
 HELP = "Run a pool of worker processes that run the tasks of one backend's queues."
@@ -33,6 +38,16 @@ def _whole_number(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds of at least 0, not {text!r}")
+    return value
 
 
 def _queue_list(text: str) -> list[str]:
@@ -103,6 +118,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Exit 0 once no ready task is left on the queues and every process is idle.",
     )
     parser.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+        help="On SIGTERM, how long running tasks may take to finish before they are handed back to ready and "
+        f"the pool exits (default: {DEFAULT_SHUTDOWN_TIMEOUT_S:g}). Buffered tasks are handed back at once.",
+    )
+    parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default="json",
@@ -132,6 +155,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         max_tasks=options["max_tasks"],
         max_tasks_jitter=options["max_tasks_jitter"],
         exit_empty=options["exit_empty"],
+        shutdown_timeout=options["shutdown_timeout"],
         log_format=options["log_format"],
         verbosity=options["verbosity"],
     )

@@ -4,8 +4,11 @@ It is single threaded, so forking is safe: the mover and reaper passes run on it
 thread between waits on the children's sentinels. A child that exits is replaced, unless
 the pool is stopping, or it drained its queues under `--exit-empty` (exit code 0).
 A child that dies young is respawned after a growing pause, so a broken broker is not
-hammered. SIGTERM or Ctrl-C is passed on to the children, which finish their tasks; a
-second Ctrl-C stops everything at once.
+hammered. SIGTERM or Ctrl-C is passed on to the children, which hand their buffered tasks
+back and let running ones finish within `--shutdown-timeout`; a child still alive
+`SHUTDOWN_GRACE_S` after that is killed. A second SIGTERM or Ctrl-C stops everything at once.
+If the supervisor itself is killed, its children notice within a second and stop the same
+bounded way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from ..backends.redis import RedisBroker
+from ..exceptions import ServerUnreachable
 from .child import STOP_SIGNALS, run_worker_process
 from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, WorkerConfig
 
@@ -35,6 +39,8 @@ RESPAWN_PAUSE_S = 0.1
 RESPAWN_MAX_PAUSE_S = 10.0
 #: A worker process that lived at least this long resets the respawn pause, seconds.
 HEALTHY_LIFETIME_S = 30.0
+#: Seconds past the shutdown timeout a stopping worker process gets to hand back and exit before it is killed.
+SHUTDOWN_GRACE_S = 3.0
 
 
 class Supervisor:
@@ -47,6 +53,7 @@ class Supervisor:
         self.children: dict[int, tuple[multiprocessing.Process, float]] = {}
         self.stopping = False
         self.interrupted = False
+        self._kill_at = float("inf")
         self._respawn_at: dict[int, float] = {}
         self._pause = RESPAWN_PAUSE_S
         self._next_broker_pass = 0.0
@@ -81,29 +88,45 @@ class Supervisor:
     def _turn(self, wake_read: int) -> None:
         now = time.monotonic()
         if not self.stopping and now >= self._next_broker_pass:
-            self._broker_pass()
+            self._broker_pass(self.broker.run_once)
             self._next_broker_pass = time.monotonic() + self.backend.options.broker_interval
+        elif not self.stopping and self.broker.next_due_at is not None and now >= self.broker.next_due_at:
+            # Deferred tasks start on time, not at the next full pass: the mover alone runs when one falls due.
+            self._broker_pass(self.broker.move_all)
         for slot, at in list(self._respawn_at.items()):
             if self.stopping:
                 del self._respawn_at[slot]
             elif now >= at:
                 del self._respawn_at[slot]
                 self._spawn(slot)
-        deadlines = [self._next_broker_pass, *self._respawn_at.values()]
-        timeout = None if self.stopping else max(0.0, min(deadlines) - time.monotonic())
+        if self.stopping and now >= self._kill_at:
+            self._kill_children()
+        if self.stopping:
+            deadlines = [self._kill_at]
+        else:
+            deadlines = [self._next_broker_pass, *self._respawn_at.values()]
+            if self.broker.next_due_at is not None:
+                deadlines.append(self.broker.next_due_at)
+        timeout = None if min(deadlines) == float("inf") else max(0.0, min(deadlines) - time.monotonic())
         ready = wait([wake_read, *(process.sentinel for process, _ in self.children.values())], timeout)
         if wake_read in ready:
             os.read(wake_read, 512)
         self._collect()
 
-    def _broker_pass(self) -> None:
+    def _broker_pass(self, run) -> None:
         try:
-            self.broker.run_once()
+            run()
+        except ServerUnreachable as e:
+            if not self._broker_failing:
+                logger.warning("A broker pass cannot reach the server (%s); it is retried every pass.", e)
+            self._broker_failing = True
         except Exception:
             if not self._broker_failing:
-                logger.exception("A broker pass (mover and reaper) failed; it is retried every pass.")
+                logger.exception("A broker pass (mover, reaper and recovery) failed; it is retried every pass.")
             self._broker_failing = True
         else:
+            if self._broker_failing:
+                logger.warning("Broker passes work again.")
             self._broker_failing = False
 
     def _spawn(self, slot: int) -> None:
@@ -150,15 +173,24 @@ class Supervisor:
 
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, frame) -> None:
-            if self.stopping and signum == signal.SIGINT:
+            if self.stopping:
+                # A second SIGTERM or SIGINT: the children drop everything (the broker recovers their leases).
                 self.interrupted = True
                 self._signal_children(signal.SIGINT)
                 os._exit(EXIT_INTERRUPTED)
             self.stopping = True
+            self._kill_at = time.monotonic() + self.config.shutdown_timeout + SHUTDOWN_GRACE_S
             self._signal_children(signal.SIGTERM)
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+
+    def _kill_children(self) -> None:
+        for process, _ in self.children.values():
+            if process.is_alive():
+                logger.error("Worker process %s did not stop within its shutdown timeout; killing it.", process.pid)
+        self._signal_children(signal.SIGKILL)
+        self._kill_at = float("inf")
 
     def _signal_children(self, signum: int) -> None:
         for process, _ in self.children.values():

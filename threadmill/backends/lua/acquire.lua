@@ -3,6 +3,8 @@
 -- KEYS[1..n]    (zset) ready segments, in this call's rotation order
 -- KEYS[n+1..2n] (zset) the matching running segments (score: lease deadline)
 -- KEYS[2n+1]    (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
+-- KEYS[2n+2..3n+1] (list) the matching wake lists: when a full batch leaves tasks behind, a
+--               token is passed on so one more idle worker wakes (a chain, not a herd)
 -- ARGV[1] (number) n, the number of queues
 -- ARGV[2] (number) count, the most tasks to lease
 -- ARGV[3] (string) worker holding the lease
@@ -47,10 +49,25 @@ local function lease(id, q)
   out[#out + 1] = q
 end
 
+local function pass_the_token_on()
+  for q = 1, n do
+    if redis.call('ZCARD', KEYS[q]) > 0 then
+      local wake = KEYS[2 * n + 1 + q]
+      if redis.call('LLEN', wake) == 0 then
+        redis.call('LPUSH', wake, '1')
+      end
+      return
+    end
+  end
+end
+
 if n == 1 then
   local popped = redis.call('ZPOPMIN', KEYS[1], count)
   for i = 1, #popped, 2 do
     lease(popped[i], 1)
+  end
+  if #popped == 2 * count then
+    pass_the_token_on()
   end
   return out
 end
@@ -70,5 +87,8 @@ while leased < count and remaining > 0 do
       end
     end
   end
+end
+if remaining > 0 then
+  pass_the_token_on()
 end
 return out
