@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.inspector.conftest import dead, heartbeat
 from tests.inspector.live import ROOT, start_live_console
 
 pytestmark = pytest.mark.browser
@@ -112,8 +113,7 @@ def test_requeue_a_stuck_running_task_and_see_it_complete(page, live, backend):
     stuck = echo.enqueue("stuck").id
     (leased,) = backend.acquire("default", worker="ghost:1")  # a worker that died holding it
     assert leased.id == stuck
-    server_seconds = backend.client.time()[0]
-    backend.client.zadd(backend.keys.workers(), {"ghost:1": server_seconds - 3600})  # its last heartbeat
+    dead(backend, "ghost:1")
     worker = live.start_worker()
     log_in(page, "/threadmill/default/default/running/")
     page.check(f"input[name=ids][value='{stuck}']")
@@ -133,6 +133,46 @@ def test_requeue_a_stuck_running_task_and_see_it_complete(page, live, backend):
     expect_text(page, "#task-state", "SUCCESSFUL")
     expect_text(page, "dl.facts", "Attempts3")  # ghost:1's abandoned attempt, then two runs
     assert live.stop_worker(worker) == 0
+
+
+def test_a_task_on_a_live_worker_is_skipped_until_the_operator_forces_it(page, live, backend):
+    from tests.tasks import echo
+
+    bulk, single = echo.enqueue("bulk").id, echo.enqueue("single").id
+    assert {r.id for r in backend.acquire("default", count=2, worker="busy:1")} == {bulk, single}
+    heartbeat(backend, "busy:1", age_s=-600)  # stamped ahead, so it stays fresh however slow the test runs
+    log_in(page, "/threadmill/default/default/running/")
+    page.check(f"input[name=ids][value='{bulk}']")
+    page.click("button:text('Requeue selected…')")
+    expect_text(page, "#live-count", "1 running task")
+    expect_text(page, "#live-warning", "would run it twice at once, so it is skipped")
+    page.click("button[name=confirmed]")
+    expect_text(
+        page, ".messages", "Requeued 0 tasks; 1 running task was skipped: its worker is alive and its lease current."
+    )
+    expect_text(page, "#tasks-table .total", "2 tasks")
+    page.check(f"input[name=ids][value='{bulk}']")
+    page.click("button:text('Requeue selected…')")
+    page.check("#force")
+    page.click("button[name=confirmed]")
+    expect_text(page, ".messages", "Requeued 1 task. Forced: a task still running on a live worker may run twice.")
+    expect_text(page, "#tasks-table .total", "1 task")
+
+    page.goto(f"/threadmill/default/task/{single}/")
+    expect_text(page, "#live-warning", "a requeue skips it")
+    confirmations = []
+    page.on("dialog", lambda dialog: (confirmations.append(dialog.message), dialog.accept()))
+    page.click("button:text('Requeue this task')")
+    expect_text(page, ".messages", f"Task {single} was not requeued: it is running, its worker is alive")
+    expect_text(page, "#task-state", "RUNNING")
+    page.check("#force")
+    page.click("button:text('Requeue this task')")
+    expect_text(page, ".messages", f"Requeued task {single}. Forced:")
+    expect_text(page, "#task-state", "READY")
+    assert confirmations == [f"Requeue task {single}? It is running on a live worker: forced, it may run twice."] * 2
+    page.goto("/threadmill/audit/")
+    assert page.locator("#audit-table tr[data-forced=true]").count() == 2
+    assert page.csp_violations == []
 
 
 def test_purge_asks_for_the_queue_name_typed(page, live, backend):

@@ -27,6 +27,7 @@ from django.utils.json import normalize_json
 
 from ..exceptions import BackendConnectionError, UnreadableTaskError
 from . import codec
+from .aio import AsyncClients
 from .base import (
     UNREADABLE_PAYLOAD_ERRORS,
     Segment,
@@ -100,6 +101,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         self.keys = KeySchema(alias)
         self._client: redis.Redis | None = None
         self._scripts: RedisScripts | None = None
+        self._aio: AsyncClients | None = None
         self._rotation = 0
 
     # -- connection -------------------------------------------------------------------
@@ -119,6 +121,13 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         return self._client
 
     @property
+    def aio(self) -> AsyncClients:
+        """The asyncio clients, one per running event loop."""
+        if self._aio is None:
+            self._aio = AsyncClients(self.redis_url, self.options.socket_timeout)
+        return self._aio
+
+    @property
     def scripts(self) -> RedisScripts:
         if self._scripts is None:
             self._scripts = RedisScripts(self.client, self.keys)
@@ -129,6 +138,23 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
         return self._enqueue_prepared(task, [self._prepare(task, args, kwargs, time.time())])[0]
+
+    async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
+        """`enqueue` on the running event loop's own connection, without tying up a thread."""
+        if self.options.fsync_enqueue:
+            # WAITAOF must follow the write on the same connection: the thread path keeps one per thread.
+            return await super().aenqueue(task, args, kwargs)
+        self.validate_task(task)
+        prepared = self._prepare(task, args, kwargs, time.time())
+        keys, script_args = self.scripts.enqueue_call(
+            task.queue_name,
+            [(prepared.id, prepared.payload, prepared.segment, prepared.ready_score, prepared.score)],
+            int(prepared.now // 60),
+        )
+        await self.aio.run(self.scripts.enqueue_script, keys, script_args)
+        result = self._new_result(task, prepared)
+        await task_enqueued.asend(type(self), task_result=result)
+        return result
 
     def enqueue_many(
         self, task, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
@@ -193,6 +219,16 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         pipe.hmget(self.keys.task(result_id), TASK_FIELDS)
         pipe.get(self.keys.result(result_id))
         fields, stored_result = pipe.execute()
+        return self._stored_result(result_id, fields, stored_result)
+
+    async def aget_result(self, result_id: str) -> ThreadmillTaskResult:
+        """`get_result` on the running event loop's own connection, without a thread."""
+        fields, stored_result = await self.aio.read_task(
+            self.keys.task(result_id), self.keys.result(result_id), TASK_FIELDS
+        )
+        return self._stored_result(result_id, fields, stored_result)
+
+    def _stored_result(self, result_id: str, fields: list, stored_result: bytes | None) -> ThreadmillTaskResult:
         data, _, segment, started_at, worker, lease_started, token, read_error = fields
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {result_id!r} is stored.")

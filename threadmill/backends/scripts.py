@@ -6,11 +6,12 @@ reply as it comes (bytes). Driver errors become `BackendConnectionError` here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib.resources import files
 from typing import Any
 
@@ -47,6 +48,17 @@ def translate_errors(method):
             raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
 
     return wrapper
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """The same translation as `translate_errors`, for a block (the asyncio client's calls)."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
+    except redis.ResponseError as e:
+        raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
 
 
 def _durable_enqueue_error(error: redis.ResponseError) -> DurableEnqueueError:
@@ -101,6 +113,8 @@ class RedisScripts:
         self._peek_matching = register(_source("peek_matching"))
         self._requeue_many = register(_source("requeue_many"))
         self._heartbeat = register(_source("heartbeat"))
+        self._pause = register(_source("pause"))
+        self._resume = register(_source("resume"))
         self._claim_abandoned = register(_source("claim_abandoned"))
         self._release = register(_source("release"))
         self._release_unanswered = register(_source("release_unanswered"))
@@ -192,12 +206,7 @@ class RedisScripts:
         With `durable_within_s`, return only once they are in the append-only file; raises
         DurableEnqueueError when the server cannot confirm that within the time.
         """
-        k = self.keys
-        keys = [k.queues(), k.throughput(queue_name, "ingress", minute), k.wake(queue_name)]
-        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S]
-        for task_id, payload, segment, ready_score, score in entries:
-            keys += [k.task(task_id), k.segment(queue_name, segment)]
-            args += [task_id, payload, segment.value, ready_score, score]
+        keys, args = self.enqueue_call(queue_name, entries, minute)
         if durable_within_s is None:
             return self._run(self._enqueue, keys=keys, args=args)
         stored, synced = self._run_durably(self._enqueue, keys=keys, args=args, wait_s=durable_within_s)
@@ -209,6 +218,22 @@ class RedisScripts:
             )
         return stored
 
+    def enqueue_call(
+        self, queue_name: str, entries: Sequence[tuple[str, str, Segment, str, str]], minute: int
+    ) -> tuple[list[str], list[Any]]:
+        """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
+        k = self.keys
+        keys = [k.queues(), k.throughput(queue_name, "ingress", minute), k.wake(queue_name)]
+        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S]
+        for task_id, payload, segment, ready_score, score in entries:
+            keys += [k.task(task_id), k.segment(queue_name, segment)]
+            args += [task_id, payload, segment.value, ready_score, score]
+        return keys, args
+
+    @property
+    def enqueue_script(self) -> LuaScript:
+        return self._enqueue
+
     @translate_errors
     def acquire(self, queue_names: Sequence[str], count: int, worker: str, lease_ttl: float, token_base: str) -> list:
         k = self.keys
@@ -216,7 +241,10 @@ class RedisScripts:
         keys += [k.segment(q, Segment.RUNNING) for q in queue_names]
         keys.append(k.task_prefix())
         keys += [k.wake(q) for q in queue_names]
-        return self._run(self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base])
+        keys.append(k.paused())
+        return self._run(
+            self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base, *queue_names]
+        )
 
     @translate_errors
     def acknowledge(
@@ -452,3 +480,14 @@ class RedisScripts:
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()
             raise
+
+    @translate_errors
+    def pause(self, queue_name: str, by: str) -> int:
+        return self._run(self._pause, keys=[self.keys.paused()], args=[queue_name, by])
+
+    @translate_errors
+    def resume(self, queue_name: str) -> int:
+        k = self.keys
+        return self._run(
+            self._resume, keys=[k.paused(), k.segment(queue_name, Segment.READY), k.wake(queue_name)], args=[queue_name]
+        )

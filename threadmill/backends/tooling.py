@@ -20,7 +20,7 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..outcome import record_abandoned
 from . import codec
-from .base import UNREADABLE_PAYLOAD_ERRORS, Page, Segment, ThreadmillTaskResult, UnreadableTask
+from .base import UNREADABLE_PAYLOAD_ERRORS, Page, PausedQueue, Segment, ThreadmillTaskResult, UnreadableTask
 from .keys import PRIORITY_BAND, TASK_FIELDS
 from .scripts import translate_errors
 
@@ -141,6 +141,23 @@ class RedisTooling:
         return sorted(stored | set(self.queues))
 
     @translate_errors
+    def pause(self, queue_name: str, *, by: str = "") -> bool:
+        """Stop workers acquiring the queue's tasks (enqueues still land); False when it was paused already."""
+        return bool(self.scripts.pause(queue_name, by))
+
+    def resume(self, queue_name: str) -> bool:
+        """Let workers acquire the queue's tasks again; False when it was not paused."""
+        return bool(self.scripts.resume(queue_name))
+
+    @translate_errors
+    def paused_queues(self) -> dict[str, PausedQueue]:
+        """Return every paused queue with who paused it and since when."""
+        paused = {}
+        for name, raw in self.client.hgetall(self.keys.paused()).items():
+            document = json.loads(raw)
+            paused[name.decode()] = PausedQueue(str(document["by"]), datetime.fromtimestamp(document["since"], UTC))
+        return paused
+
     @translate_errors
     def worker_heartbeats(self) -> dict[str, float]:
         """Return every worker process that sent a heartbeat and not its goodbye: name -> last heartbeat, epoch s."""
