@@ -60,6 +60,8 @@ class System:
     worker: list[str]
     pool: list[str]
     pool_copies: int = 1
+    #: Server connections that show the idle pool is up (None: one per worker process).
+    pool_min_clients: int | None = None
     settings: str | None = None
     #: Extra worker arguments the deferred benchmark needs (rq schedules only with --with-scheduler).
     deferred_extra: tuple[str, ...] = ()
@@ -86,6 +88,8 @@ def systems(server_url: str, pool_workers: int) -> dict[str, System]:
             name="celery",
             worker=[*celery, "-P", "solo"],
             pool=[*celery, "-c", str(pool_workers)],
+            # Only the main process talks to the broker; its prefork children wait on pipes.
+            pool_min_clients=1,
             note="solo pool for one process; the pool is its default prefork",
         ),
         "dramatiq": System(name="dramatiq", worker=[*dramatiq, "1"], pool=[*dramatiq, str(pool_workers)]),
@@ -154,8 +158,8 @@ def connected_clients(client: redis.Redis) -> int:
     return int(client.info("clients")["connected_clients"])
 
 
-def wait_until_settled(client: redis.Redis, timeout: float) -> int:
-    """Wait until the server's client count has held still for SETTLED_S seconds; return it."""
+def wait_until_settled(client: redis.Redis, minimum: int, timeout: float) -> int:
+    """Wait until at least `minimum` clients are connected and their count held still for SETTLED_S; return it."""
     deadline = time.monotonic() + timeout
     count, since = connected_clients(client), time.monotonic()
     while time.monotonic() < deadline:
@@ -163,7 +167,7 @@ def wait_until_settled(client: redis.Redis, timeout: float) -> int:
         now_count = connected_clients(client)
         if now_count != count:
             count, since = now_count, time.monotonic()
-        elif count > 1 and time.monotonic() - since >= SETTLED_S:
+        elif count > minimum and time.monotonic() - since >= SETTLED_S:
             return count
     raise RuntimeError(f"The idle pool did not settle within {timeout:.0f} s.")
 
@@ -200,7 +204,8 @@ def at_rest(ctx: Context, system: System, pool_workers: int) -> dict[str, Any]:
     """Start an idle pool of `system` and count what it costs the server while it waits."""
     copies = system.pool_copies
     with running(ctx, system, system.pool, copies, f"{system.name}-pool.log"):
-        clients = wait_until_settled(ctx.client, POOL_START_TIMEOUT_S)
+        minimum = pool_workers if system.pool_min_clients is None else system.pool_min_clients
+        clients = wait_until_settled(ctx.client, minimum, POOL_START_TIMEOUT_S)
         counted = count_at_rest(ctx)
     return {
         "pool": " ".join(system.pool) + (f" (x{copies})" if copies > 1 else ""),
@@ -276,7 +281,11 @@ def session() -> Iterator[Context]:
 
 
 def ratio(value: float, base: float) -> str:
-    return f"{value / base:.2g}x" if base else "-"
+    """Return `value / base` as a multiplier with two significant figures, written out in full."""
+    if not base:
+        return "-"
+    times = value / base
+    return f"{times:,.0f}x" if abs(times) >= 10 else f"{times:.2f}x" if abs(times) >= 0.1 else f"{times:.3f}x"
 
 
 def print_idle(figures: dict[str, Any]) -> None:
@@ -304,6 +313,9 @@ def print_idle(figures: dict[str, Any]) -> None:
             f"  with no worker at all the server ran {alone['commands_per_s']:.1f} commands/s "
             f"and {alone['server_cpu_ms_per_s']:.2f} ms CPU/s; commands run inside scripts count too"
         )
+    for name, pool in pools.items():
+        detail = ", ".join(f"{command} {rate:g}" for command, rate in pool["commands_per_s_by_command"].items())
+        print(f"  idle pool of {name}, commands/s: {detail or 'none'}")
 
 
 def print_deferred(figures: dict[str, Any]) -> None:
