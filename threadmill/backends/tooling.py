@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.tasks import TaskResult
 from django.tasks.exceptions import TaskResultDoesNotExist
@@ -162,6 +162,27 @@ class RedisTooling:
     def worker_heartbeats(self) -> dict[str, float]:
         """Return every worker process that sent a heartbeat and not its goodbye: name -> last heartbeat, epoch s."""
         return {name.decode(): score for name, score in self.client.zrange(self.keys.workers(), 0, -1, withscores=True)}
+
+    @translate_errors
+    def live_workers(self) -> list[dict[str, Any]]:
+        """Return the last heartbeat document of each live worker process, with `heartbeat_age_s` added.
+
+        Live means its heartbeat is at most `worker_timeout` old by the server's clock.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(self.keys.workers(), 0, -1, withscores=True)
+        (seconds, micros), entries = pipe.execute()
+        now = seconds + micros / 1e6
+        ages = {name.decode(): now - beat for name, beat in entries if now - beat <= self.options.worker_timeout}
+        if not ages:
+            return []
+        documents = self.client.mget([self.keys.worker(name) for name in ages])
+        return [
+            {**json.loads(raw), "worker": name, "heartbeat_age_s": round(age, 3)}
+            for (name, age), raw in zip(ages.items(), documents, strict=True)
+            if raw is not None
+        ]
 
     @translate_errors
     def worker_document(self, name: str) -> dict | None:
