@@ -57,6 +57,10 @@ class KeySchema:
         """List an idle worker process also waits on, so it can be woken to stop."""
         return f"{self.prefix}:worker:{name}:wake"
 
+    def control(self) -> str:
+        """Hash of operators' pending commands: worker name -> JSON {"command", "by", "at"}."""
+        return f"{self.prefix}:control"
+
     def paused(self) -> str:
         """Hash of paused queues: queue name -> JSON {"by": who, "since": server epoch seconds}."""
         return f"{self.prefix}:paused"

@@ -114,6 +114,7 @@ class RedisScripts:
         self._requeue_many = register(_source("requeue_many"))
         self._heartbeat = register(_source("heartbeat"))
         self._pause = register(_source("pause"))
+        self._take_control = register(_source("take_control"))
         self._resume = register(_source("resume"))
         self._claim_abandoned = register(_source("claim_abandoned"))
         self._release = register(_source("release"))
@@ -491,3 +492,7 @@ class RedisScripts:
         return self._run(
             self._resume, keys=[k.paused(), k.segment(queue_name, Segment.READY), k.wake(queue_name)], args=[queue_name]
         )
+
+    @translate_errors
+    def take_control(self, workers: Sequence[str]) -> list:
+        return self._run(self._take_control, keys=[self.keys.control()], args=list(workers))

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("threadmill.backend")
 
+#: What an operator can ask of a worker process: stop fetching but stay alive, or stop.
+WORKER_COMMANDS = ("quiet", "stop")
 #: Segments listed newest first; the others are listed in the order they are taken.
 NEWEST_FIRST = frozenset({Segment.SUCCESSFUL, Segment.FAILED, Segment.UNREADABLE})
 _FINISHED = frozenset({Segment.SUCCESSFUL, Segment.FAILED})
@@ -162,6 +164,27 @@ class RedisTooling:
     def worker_heartbeats(self) -> dict[str, float]:
         """Return every worker process that sent a heartbeat and not its goodbye: name -> last heartbeat, epoch s."""
         return {name.decode(): score for name, score in self.client.zrange(self.keys.workers(), 0, -1, withscores=True)}
+
+    @translate_errors
+    def send_control(self, workers: Sequence[str], command: str, *, by: str = "") -> None:
+        """Ask the supervisors of `workers` to make them quiet or stop; the command waits in Redis until taken."""
+        if command not in WORKER_COMMANDS:
+            raise ValueError(f"Unknown worker command {command!r}; expected one of {', '.join(WORKER_COMMANDS)}.")
+        if workers:
+            document = json.dumps({"command": command, "by": by, "at": time.time()})
+            self.client.hset(self.keys.control(), mapping=dict.fromkeys(workers, document))
+
+    @translate_errors
+    def pending_control(self) -> dict[str, dict[str, Any]]:
+        """Return the commands not yet taken by a supervisor: worker name -> {"command", "by", "at"}."""
+        return {name.decode(): json.loads(raw) for name, raw in self.client.hgetall(self.keys.control()).items()}
+
+    def take_control(self, workers: Sequence[str]) -> dict[str, str]:
+        """Take (and remove) the pending commands of `workers`: worker name -> "quiet" or "stop"."""
+        if not workers:
+            return {}
+        reply = self.scripts.take_control(workers)
+        return {reply[i].decode(): json.loads(reply[i + 1])["command"] for i in range(0, len(reply), 2)}
 
     @translate_errors
     def live_workers(self) -> list[dict[str, Any]]:

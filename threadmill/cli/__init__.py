@@ -12,4 +12,6 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "threadmill.cli.status",
     "pause": "threadmill.cli.pause",
     "resume": "threadmill.cli.resume",
+    "quiet": "threadmill.cli.quiet",
+    "stop": "threadmill.cli.stop",
 }
