@@ -57,6 +57,10 @@ class KeySchema:
         """List an idle worker process also waits on, so it can be woken to stop."""
         return f"{self.prefix}:worker:{name}:wake"
 
+    def schedules(self) -> str:
+        """Hash of schedule state: `<name>:tick` (last enqueued tick), `:task`, `:enqueued_at`, `:paused`."""
+        return f"{self.prefix}:schedules"
+
     def control(self) -> str:
         """Hash of operators' pending commands: worker name -> JSON {"command", "by", "at"}."""
         return f"{self.prefix}:control"

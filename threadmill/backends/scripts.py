@@ -201,13 +201,16 @@ class RedisScripts:
         entries: Sequence[tuple[str, str, Segment, str, str]],
         minute: int,
         durable_within_s: float | None = None,
+        schedule: tuple[str, str] = ("", ""),
     ) -> int:
         """Store (task id, payload, segment, ready score, score) entries of one queue in one call; return how many.
+
+        `schedule` is (name, tick or "" for run-now) for a scheduled run: 0 when its guard refused it.
 
         With `durable_within_s`, return only once they are in the append-only file; raises
         DurableEnqueueError when the server cannot confirm that within the time.
         """
-        keys, args = self.enqueue_call(queue_name, entries, minute)
+        keys, args = self.enqueue_call(queue_name, entries, minute, schedule)
         if durable_within_s is None:
             return self._run(self._enqueue, keys=keys, args=args)
         stored, synced = self._run_durably(self._enqueue, keys=keys, args=args, wait_s=durable_within_s)
@@ -220,12 +223,16 @@ class RedisScripts:
         return stored
 
     def enqueue_call(
-        self, queue_name: str, entries: Sequence[tuple[str, str, Segment, str, str]], minute: int
+        self,
+        queue_name: str,
+        entries: Sequence[tuple[str, str, Segment, str, str]],
+        minute: int,
+        schedule: tuple[str, str] = ("", ""),
     ) -> tuple[list[str], list[Any]]:
         """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
         k = self.keys
-        keys = [k.queues(), k.throughput(queue_name, "ingress", minute), k.wake(queue_name)]
-        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S]
+        keys = [k.queues(), k.throughput(queue_name, "ingress", minute), k.wake(queue_name), k.schedules()]
+        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S, *schedule]
         for task_id, payload, segment, ready_score, score in entries:
             keys += [k.task(task_id), k.segment(queue_name, segment)]
             args += [task_id, payload, segment.value, ready_score, score]

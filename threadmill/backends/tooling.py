@@ -27,6 +27,7 @@ from .scripts import translate_errors
 if TYPE_CHECKING:
     import redis
 
+    from ..schedules import Schedule
     from .keys import KeySchema
     from .options import BackendOptions
     from .scripts import RedisScripts
@@ -44,11 +45,16 @@ REQUEUE_ROUNDS = 3
 DELETE_ROUNDS = 3
 
 
+def _epoch(value: bytes | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(float(value), UTC)
+
+
 class RedisTooling:
     """Paging, counting, requeueing in bulk, deleting and purging the segments of queues."""
 
     keys: KeySchema
     options: BackendOptions
+    schedules: tuple[Schedule, ...]
     queues: set[str]
     client: redis.Redis
     scripts: RedisScripts
@@ -164,6 +170,33 @@ class RedisTooling:
     def worker_heartbeats(self) -> dict[str, float]:
         """Return every worker process that sent a heartbeat and not its goodbye: name -> last heartbeat, epoch s."""
         return {name.decode(): score for name, score in self.client.zrange(self.keys.workers(), 0, -1, withscores=True)}
+
+    @translate_errors
+    def schedule_states(self) -> dict[str, dict[str, Any]]:
+        """Return each schedule's stored state: last tick and task, when it was enqueued, and who paused it."""
+        raw = {field.decode(): value for field, value in self.client.hgetall(self.keys.schedules()).items()}
+        states: dict[str, dict[str, Any]] = {}
+        for schedule in self.schedules:
+            name = schedule.name
+            paused = raw.get(f"{name}:paused")
+            states[name] = {
+                "last_tick": _epoch(raw.get(f"{name}:tick")),
+                "last_task": codec.text(raw.get(f"{name}:task")) or None,
+                "last_enqueued_at": _epoch(raw.get(f"{name}:enqueued_at")),
+                "paused": None if paused is None else json.loads(paused),
+            }
+        return states
+
+    @translate_errors
+    def pause_schedule(self, name: str, *, by: str = "") -> bool:
+        """Stop enqueueing a schedule's runs (stored in Redis, not settings); False when it was paused already."""
+        document = json.dumps({"by": by, "since": time.time()})
+        return bool(self.client.hsetnx(self.keys.schedules(), f"{name}:paused", document))
+
+    @translate_errors
+    def resume_schedule(self, name: str) -> bool:
+        """Enqueue a paused schedule's runs again, from its next tick; False when it was not paused."""
+        return bool(self.client.hdel(self.keys.schedules(), f"{name}:paused"))
 
     @translate_errors
     def send_control(self, workers: Sequence[str], command: str, *, by: str = "") -> None:
