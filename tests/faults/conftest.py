@@ -270,6 +270,21 @@ class Tally:
         stats = self.backend.queue_stats()
         return {segment: sum(queue.get(segment, 0) for queue in stats.values()) for segment in Segment}
 
+    def leased_by(self, worker: str) -> list[str]:
+        """Ids of the tasks whose lease `worker` (`host:pid`) holds now, buffered or running."""
+        pipe = self.backend.client.pipeline(transaction=False)
+        for task_id in self.ids:
+            pipe.hmget(self.backend.keys.task(task_id), ["segment", "lease_worker"])
+        leases = pipe.execute()
+        return [
+            i
+            for i, (segment, holder) in zip(self.ids, leases, strict=True)
+            if (segment, holder) == (b"running", worker.encode())
+        ]
+
+    def segment_of(self, task_id: str) -> str:
+        return self.backend.client.hget(self.backend.keys.task(task_id), "segment").decode()
+
     def successful(self) -> int:
         return self.segments()[Segment.SUCCESSFUL]
 
@@ -323,7 +338,10 @@ def wait_for(predicate: Callable[[], object], message: Callable[[], str], timeou
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except (redis.ConnectionError, redis.TimeoutError):
+            value = None  # The server under test is coming back; its first reply may fail.
         if value:
             return value
         time.sleep(0.02)
@@ -332,6 +350,10 @@ def wait_for(predicate: Callable[[], object], message: Callable[[], str], timeou
 
 def wait_for_drain(pool: Pool, tally: Tally, timeout: float, what: str = "every task ran") -> float:
     """Wait until every enqueued task is successful while the pool lives; return when, monotonic."""
-    wait_for(lambda: pool.alive() and tally.all_settled(), lambda: f"{what} ({tally.summary()})", timeout)
+    wait_for(
+        lambda: pool.alive() and tally.all_settled(),
+        lambda: f"{what} ({tally.summary()}; {len(pool.respawns())} worker processes respawned)",
+        timeout,
+    )
     assert tally.all_successful(), tally.summary()
     return time.monotonic()
