@@ -110,6 +110,16 @@ def stop_consumer():
     raise SystemExit(3)
 
 
+@task
+def stamp(key):
+    """Record when the task started (epoch seconds) in the test server's `test:stamps` hash."""
+    import time
+
+    started = time.time()
+    _runs().hset("test:stamps", key, repr(started))
+    return key
+
+
 # -- fault tests ----------------------------------------------------------------------
 
 _counter_clients: dict[int, object] = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 import redis
 
 from .exceptions import EmbeddedServerError
+from .lifeline import die_with_parent
 
 #: Port the embedded server listens on unless told otherwise.
 DEFAULT_EMBEDDED_PORT = 6389
@@ -65,12 +66,15 @@ class EmbeddedValkey:
         appendfsync: str = "everysec",
         persist: bool = True,
         binary: str | None = None,
+        stop_with_parent: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.appendfsync = appendfsync
         self.persist = persist
         self.binary = binary or valkey_binary()
+        #: Whether the server gets SIGTERM (and saves) when the process that started it dies, even by SIGKILL.
+        self.stop_with_parent = stop_with_parent
         self.process: subprocess.Popen | None = None
         self._lock_file = None
 
@@ -97,7 +101,8 @@ class EmbeddedValkey:
             "--appendfsync", self.appendfsync,
             "--logfile", "valkey.log",
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+        lifeline = die_with_parent(os.getpid()) if self.stop_with_parent else None
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=lifeline)  # noqa: PLW1509 - only prctl
         self._wait_until_ready()
         return self
 

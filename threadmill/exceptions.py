@@ -9,6 +9,21 @@ class BackendConnectionError(ThreadmillError):
     """Raised when the Redis server cannot be reached or answers with an error."""
 
 
+class ServerUnreachable(BackendConnectionError):
+    """Raised when the Redis server cannot be reached or does not answer within `socket_timeout`.
+
+    Unlike a refused command, this is transient: a worker keeps its tasks and tries again.
+    """
+
+
+class DurableEnqueueError(ThreadmillError):
+    """Raised when `fsync_enqueue` is on and the server cannot confirm a task is in its append-only file.
+
+    The server has no append-only file, lacks WAITAOF (Redis or Valkey before 7.2), or did
+    not fsync within the wait; the message names which and the fix.
+    """
+
+
 class AcknowledgementTimeout(ThreadmillError):
     """Raised (and recorded as a task error) when a task's lease expired before it was acknowledged."""
 
@@ -18,6 +33,10 @@ class AttemptAbandoned(ThreadmillError):
 
     Its worker died or stopped, or the task was requeued while it ran; the task runs again.
     """
+
+
+class WorkerLost(AttemptAbandoned):
+    """Raised (and recorded as a task error) when a task's worker stopped sending heartbeats while it ran."""
 
 
 class LeaseLost(ThreadmillError):

@@ -12,8 +12,12 @@ from traceback import format_exception
 from django.tasks import TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 
-from .exceptions import AcknowledgementTimeout, AttemptAbandoned
+from .exceptions import AcknowledgementTimeout, AttemptAbandoned, WorkerLost
 from .retry import next_retry_delay
+
+#: Times in a row a task may lose its worker before the broker fails it instead: a task that
+#: keeps taking its worker down (a segfault, the OOM killer) must not do so forever.
+WORKER_LOSS_LIMIT = 3
 
 
 def class_path(cls: type) -> str:
@@ -59,3 +63,16 @@ def abandoned_error(message: str) -> TaskError:
 def record_abandoned(result: TaskResult, message: str) -> None:
     """Record on a running task's result (its lease applied) that this attempt was abandoned and why."""
     result.errors.append(abandoned_error(message))
+
+
+def record_worker_lost(result: TaskResult, message: str) -> None:
+    """Record on a running task's result (its lease applied) that its worker died during this attempt."""
+    path = class_path(WorkerLost)
+    result.errors.append(TaskError(exception_class_path=path, traceback=f"{path}: {message}\n"))
+
+
+def keeps_losing_its_worker(result: TaskResult, limit: int = WORKER_LOSS_LIMIT) -> bool:
+    """Return whether the task's last `limit` attempts all ended with its worker lost."""
+    path = class_path(WorkerLost)
+    recent = result.errors[-limit:]
+    return len(recent) == limit and all(error.exception_class_path == path for error in recent)

@@ -1,9 +1,13 @@
-"""Worker telemetry: each worker process publishes a snapshot of itself on the backend's channel.
+"""Worker telemetry and heartbeats: each worker process reports itself to the server.
 
-A snapshot is one JSON object (the README's "Worker telemetry" documents each field),
-published every `SNAPSHOT_INTERVAL_S` while the process runs and once more, with
-`"state": "stopped"`, when it exits. Publishing never stops the worker: a failure is
-logged once and the next snapshot tries again.
+A snapshot is one JSON object (the README's "Worker telemetry" documents each field). It is
+sent as the process's **heartbeat** every `heartbeat_interval(options)` while the process runs:
+one script call stores it with the server's time in the workers set (durable: the broker
+recovers the leases of a worker whose heartbeat grows older than `worker_timeout`) and
+publishes it on the telemetry channel (live: the console). The heartbeat runs on a thread of
+its own, so a busy task cannot starve it. When the process exits it publishes a last snapshot
+with `"state": "stopped"` and, if it holds no lease any more, says goodbye (leaves the workers
+set). Sending never stops the worker: a failure is logged once and the next beat tries again.
 """
 
 from __future__ import annotations
@@ -24,10 +28,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("threadmill.telemetry")
 
-#: Seconds between two snapshots of a worker process.
+#: Longest time between two heartbeats (and snapshots) of a worker process, seconds.
 SNAPSHOT_INTERVAL_S = 2.0
 #: Seconds of history the tasks-per-minute rate is measured over.
 RATE_WINDOW_S = 60.0
+
+
+#: The snapshot's `state` for each worker phase; any other phase reads "running".
+PHASE_STATES = {"quiet": "quiet", "stopping": "stopping", "stopped": "stopped"}
+
+
+def heartbeat_interval(worker_timeout_s: float) -> float:
+    """Return the seconds between two heartbeats: often enough that three in a row may be lost in `worker_timeout`."""
+    return min(SNAPSHOT_INTERVAL_S, worker_timeout_s / 4)
 
 
 class TelemetryPublisher:
@@ -43,25 +56,37 @@ class TelemetryPublisher:
         self._failing = False
 
     def run(self) -> None:
-        """Publish a running snapshot at once, then every interval until the process finishes."""
-        # The first snapshot goes out at start, so the console never shows a fresh worker as missing.
-        self.publish("running")
-        while not self.process.finished.wait(SNAPSHOT_INTERVAL_S):
-            self.publish("running")
+        """Send a heartbeat at once, then every interval until the process finishes."""
+        # The first goes out at start, so the console never shows a fresh worker as missing.
+        interval = heartbeat_interval(self.process.backend.options.worker_timeout)
+        self.beat()
+        while not self.process.finished.wait(interval):
+            self.beat()
 
     def start(self) -> threading.Thread:
-        """Run the publisher on a daemon thread and return it."""
-        thread = threading.Thread(target=self.run, name="telemetry", daemon=True)
+        """Run the heartbeat on a daemon thread and return it."""
+        thread = threading.Thread(target=self.run, name="heartbeat", daemon=True)
         thread.start()
         return thread
 
-    def publish(self, state: str) -> None:
-        """Publish one snapshot with `state` ("running" or "stopped")."""
+    def beat(self) -> None:
+        """Store and publish a running snapshot as this process's heartbeat."""
+        state = PHASE_STATES.get(self.process.phase.value, "running")
+        self._send(lambda: self.process.backend.heartbeat(self.process.name, self.snapshot(state)))
+
+    def goodbye(self) -> None:
+        """Publish the stopped snapshot; leave the workers set unless leases are still held (the broker's then)."""
+        backend, process = self.process.backend, self.process
+        self._send(lambda: backend.client.publish(self.channel, json.dumps(self.snapshot("stopped"))))
+        if not process.holds_leases:
+            self._send(lambda: backend.heartbeat(process.name, None))
+
+    def _send(self, call) -> None:
         try:
-            self.process.backend.client.publish(self.channel, json.dumps(self.snapshot(state)))
+            call()
         except Exception as e:  # noqa: BLE001 - telemetry must never stop the worker
             if not self._failing:
-                logger.warning("Publishing worker telemetry failed: %s", e)
+                logger.warning("Sending worker telemetry failed: %s", e)
             self._failing = True
         else:
             self._failing = False
@@ -80,6 +105,7 @@ class TelemetryPublisher:
             "queues": list(config.queues),
             "threads": config.threads,
             "busy_threads": process.busy,
+            "running": list(process.running),
             "buffer_fill": len(process.buffer),
             "buffer_size": process.size,
             "tasks_done": process.done,

@@ -9,6 +9,7 @@ from django.tasks import TaskResultStatus
 
 from tests.backends.conftest import enqueue
 from tests.tasks import echo, explode, flaky
+from threadmill.backends import broker as broker_module
 from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisBroker, RedisTaskBackend
 
@@ -112,3 +113,21 @@ def test_run_stops_when_its_event_is_set(backend):
     thread.join(5)
     assert not thread.is_alive()
     assert backend.queue_stats()["default"][Segment.READY] == 1
+
+
+def test_a_pass_trims_finished_ids_older_than_the_result_ttl_on_an_idle_queue(backend, raw):
+    now = float(raw.time()[0])
+    raw.zadd("threadmill:{default}:default:successful", {"expired": 1.0, "recent": now})
+    raw.zadd("threadmill:{default}:default:failed", {"expired-too": now - backend.options.result_ttl - 5})
+    RedisBroker(backend, ["default"]).run_once()
+    assert raw.zrange("threadmill:{default}:default:successful", 0, -1) == [b"recent"]
+    assert raw.zcard("threadmill:{default}:default:failed") == 0
+    assert backend.queue_stats()["default"][Segment.SUCCESSFUL] == 1
+
+
+def test_trimming_works_through_more_than_one_batch(backend, raw, monkeypatch):
+    monkeypatch.setattr(broker_module, "TRIM_BATCH_SIZE", 3)
+    raw.zadd("threadmill:{default}:default:failed", {f"old-{i}": i + 1.0 for i in range(10)})
+    raw.zadd("threadmill:{default}:default:successful", {"old": 1.0})
+    assert RedisBroker(backend, ["default"]).trim("default") == 11
+    assert raw.zcard("threadmill:{default}:default:failed") == 0

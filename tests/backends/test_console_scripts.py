@@ -10,6 +10,20 @@ from threadmill.backends.base import Segment, UnreadableTask
 from threadmill.outcome import error_of, mark_failed
 
 TASK = "threadmill:{default}:task:"
+RUNNING = "threadmill:{default}:default:running"
+WORKERS = "threadmill:{default}:workers"
+
+
+def beat(backend, worker: str, age_s: float = 0.0) -> None:
+    """Record a heartbeat of `worker` `age_s` seconds ago on the server's clock."""
+    seconds, micros = backend.client.time()
+    backend.client.zadd(backend.keys.workers(), {worker: seconds + micros / 1e6 - age_s})
+
+
+def running(backend, count: int, worker: str) -> list[str]:
+    ids = [enqueue(backend, echo, i).id for i in range(count)]
+    assert len(backend.acquire("default", count=count, worker=worker)) == count
+    return ids
 
 
 def fail(backend, result):
@@ -52,7 +66,7 @@ def test_peek_matching_matches_the_error_class_of_a_failed_task(backend):
 def test_requeue_many_moves_the_selected_tasks_and_clears_their_lease(backend, raw):
     ids = [enqueue(backend, echo, i).id for i in range(3)]
     backend.acquire("default", count=3, worker="ghost:1")
-    assert backend.requeue_many("default", segment="running", task_ids=ids[:2]) == ids[:2]
+    assert backend.requeue_many("default", segment="running", task_ids=ids[:2], force=True) == ids[:2]
     assert raw.zcard("threadmill:{default}:default:running") == 1
     assert raw.zrange("threadmill:{default}:default:ready", 0, -1) == [i.encode() for i in ids[:2]]
     assert raw.hget(TASK + ids[0], "segment") == b"ready"
@@ -120,3 +134,101 @@ def test_peek_matching_without_needles_reads_a_deep_page_in_either_order(backend
     assert [r.id for r in page] == ids[7:]
     page, _ = backend.peek_matching("default", segment="ready", needles=[], offset=0, count=2, newest_first=True)
     assert [r.id for r in page] == ids[::-1][:2]
+
+
+def test_requeue_many_skips_a_running_task_whose_lease_is_live(backend, raw):
+    silent, beating = running(backend, 1, "never-beat:1") + running(backend, 1, "alive:1")
+    beat(backend, "alive:1")
+    assert backend.requeue_many("default", segment="running", task_ids=[silent, beating]) == []
+    assert raw.zcard(RUNNING) == 2
+    assert backend.get_result(silent).errors == []
+
+
+def test_requeue_many_moves_a_running_task_whose_lease_is_overdue(backend, raw):
+    overdue, live = running(backend, 2, "alive:1")
+    beat(backend, "alive:1")
+    raw.zadd(RUNNING, {overdue: 1})
+    assert backend.requeue_many("default", segment="running", task_ids=[overdue, live]) == [overdue]
+    assert raw.zrange(RUNNING, 0, -1) == [live.encode()]
+
+
+def test_requeue_many_moves_a_running_task_whose_worker_stopped_beating(backend, raw):
+    [dead] = running(backend, 1, "dead:1")
+    [alive] = running(backend, 1, "alive:1")
+    beat(backend, "dead:1", age_s=backend.options.worker_timeout + 1)
+    beat(backend, "alive:1", age_s=backend.options.worker_timeout - 2)
+    assert backend.requeue_many("default", segment="running", task_ids=[dead, alive]) == [dead]
+    assert backend.live_leases("default", [dead, alive]) == [alive]
+
+
+def test_requeue_many_records_the_abandoned_attempt_of_a_running_task(backend):
+    [task_id] = running(backend, 1, "host:7")
+    assert backend.requeue_many("default", segment="running", task_ids=[task_id], force=True) == [task_id]
+    requeued = backend.get_result(task_id)
+    assert requeued.worker_ids == ["host:7"]
+    [error] = requeued.errors
+    assert error.exception_class_path == "threadmill.exceptions.AttemptAbandoned"
+    assert "worker host:7" in error.traceback
+    assert "requeue_many (forced)" in error.traceback
+    [again] = backend.acquire("default", worker="host:8")
+    assert again.worker_ids == ["host:7", "host:8"]
+
+
+def test_requeue_many_of_a_running_unreadable_task_keeps_its_payload_and_logs_the_attempt(backend, raw, caplog):
+    [task_id] = running(backend, 1, "host:7")
+    raw.hset(TASK + task_id, "data", b"\xff not json")
+    assert backend.requeue_many("default", segment="running", task_ids=[task_id], force=True) == [task_id]
+    assert raw.hget(TASK + task_id, "data") == b"\xff not json"
+    assert f"Task {task_id} on queue default was requeued while worker host:7 ran it" in caplog.text
+
+
+def test_live_leases_names_the_running_tasks_requeue_many_would_skip(backend, raw):
+    live, overdue = running(backend, 2, "host:1")
+    raw.zadd(RUNNING, {overdue: 1})
+    ready = enqueue(backend, echo).id
+    assert backend.live_leases("default", [live, overdue, ready, "missing"]) == [live]
+
+
+def test_requeue_matching_skips_live_leases_unless_forced(backend, raw):
+    ids = running(backend, 10, "host:1")
+    raw.zadd(RUNNING, {ids[3]: 1})
+    assert backend.requeue_matching("default", segment="running") == [ids[3]]
+    assert sorted(backend.requeue_matching("default", segment="running", force=True)) == sorted(ids[:3] + ids[4:])
+    assert all(backend.get_result(i).worker_ids == ["host:1"] for i in ids)
+
+
+def test_requeue_matching_misses_no_task_when_the_segment_changes_between_windows(backend, raw):
+    # batch_size is 7: each window holds interleaved echo (not matching) and add (matching) tasks,
+    # and after each window something else removes the oldest echo tasks from the segment.
+    start = datetime.now(UTC) + timedelta(hours=1)
+    for i in range(20):
+        backend.enqueue(echo.using(run_after=start + timedelta(seconds=2 * i)), [i], {})
+        backend.enqueue(add.using(run_after=start + timedelta(seconds=2 * i + 1)), [i, i], {})
+    scripts, run = backend.scripts, backend.scripts._run
+
+    def run_then_remove_echoes(script, keys, args):
+        reply = run(script, keys, args)
+        if script is scripts._requeue_many:
+            oldest = raw.zrange("threadmill:{default}:default:deferred", 0, 5)
+            echoes = [i.decode() for i in oldest if b"echo" in raw.hget(TASK + i.decode(), "data")][:3]
+            backend.delete_many("default", segment="deferred", task_ids=echoes)
+        return reply
+
+    scripts._run = run_then_remove_echoes
+    moved = backend.requeue_matching("default", segment="deferred", needles=['"path":"tests.tasks.add"'])
+    assert len(moved) == 20
+    assert {r.task.name for r in backend.peek("default", segment="ready", count=100)} == {"add"}
+
+
+def test_requeue_many_leaves_a_task_of_another_queue_alone(backend, raw):
+    from datetime import UTC, datetime, timedelta
+
+    from tests.tasks import echo
+
+    result = backend.enqueue(echo.using(run_after=datetime.now(UTC) + timedelta(hours=1)), [1], {})
+
+    assert backend.requeue_many("emails", segment="deferred", task_ids=[result.id]) == []
+
+    assert raw.zcard("threadmill:{default}:emails:ready") == 0
+    assert raw.zrange("threadmill:{default}:default:deferred", 0, -1) == [result.id.encode()]
+    assert raw.hget(f"threadmill:{{default}}:task:{result.id}", "segment") == b"deferred"

@@ -15,7 +15,7 @@ from tests.backends.conftest import enqueue, finish
 from tests.tasks import add, echo, explode, send_email, urgent
 from threadmill.backends.base import Page, Segment
 from threadmill.backends.redis import RedisTaskBackend
-from threadmill.outcome import error_of, mark_failed
+from threadmill.outcome import error_of, mark_failed, mark_successful
 
 
 def test_enqueue_stores_a_ready_task_with_a_uuid7_id(backend, raw):
@@ -154,6 +154,24 @@ def test_acknowledge_moves_the_task_to_successful_and_clears_the_lease(backend, 
     assert 0 < raw.ttl(key) <= backend.options.result_ttl
 
 
+def test_acknowledge_without_a_return_value_stores_the_one_on_the_result(backend):
+    result = enqueue(backend, add, 2, 3)
+    [leased] = backend.acquire("default", worker="w")
+    mark_successful(leased, datetime.now(UTC))
+    object.__setattr__(leased, "_return_value", {"sum": 5})
+    assert backend.acknowledge(leased)
+    assert backend.get_result(result.id).return_value == {"sum": 5}
+
+
+def test_acknowledge_with_an_explicit_return_value_prefers_it(backend):
+    result = enqueue(backend, add, 2, 3)
+    [leased] = backend.acquire("default", worker="w")
+    mark_successful(leased, datetime.now(UTC))
+    object.__setattr__(leased, "_return_value", "on the result")
+    assert backend.acknowledge(leased, None)
+    assert backend.get_result(result.id).return_value is None
+
+
 def test_acknowledge_of_a_failure_keeps_the_error(backend):
     result = enqueue(backend, explode)
     [leased] = backend.acquire("default", worker="w")
@@ -199,6 +217,32 @@ def test_requeue_clears_the_lease_and_keeps_the_id(backend, raw):
     assert raw.hget(key, "lease_worker") is None
     assert raw.hget(key, "segment") == b"ready"
     assert raw.zrange("threadmill:{default}:default:ready", 0, -1) == [result.id.encode()]
+
+
+def test_requeue_of_a_running_task_records_the_abandoned_attempt(backend):
+    result = enqueue(backend, echo, 1)
+    [leased] = backend.acquire("default", worker="host:1")
+    assert backend.requeue(result.id)
+    requeued = backend.get_result(result.id)
+    assert requeued.status == TaskResultStatus.READY
+    assert requeued.worker_ids == ["host:1"]
+    assert requeued.started_at == leased.started_at
+    [error] = requeued.errors
+    assert error.exception_class_path == "threadmill.exceptions.AttemptAbandoned"
+    assert "The attempt of worker host:1, leased at " in error.traceback
+    assert "by requeue(task_id)" in error.traceback
+    [again] = backend.acquire("default", worker="host:2")
+    assert again.worker_ids == ["host:1", "host:2"]
+
+
+def test_requeue_of_a_running_task_with_a_live_lease_still_works(backend, raw):
+    result = enqueue(backend, echo, 1)
+    backend.acquire("default", worker="host:1")
+    seconds, _ = raw.time()
+    raw.zadd("threadmill:{default}:workers", {"host:1": seconds})
+    assert backend.live_leases("default", [result.id]) == [result.id]
+    assert backend.requeue(result.id)
+    assert backend.get_result(result.id).status == TaskResultStatus.READY
 
 
 def test_requeue_from_failed_keeps_errors_and_worker_ids(backend):
@@ -247,6 +291,21 @@ def test_delete_removes_selected_tasks(backend):
     a, b, c = (enqueue(backend, echo, i) for i in range(3))
     assert backend.delete([a.id, c.id, "missing"]) == 2
     assert [r.id for r in backend.peek("default", segment=Segment.READY)] == [b.id]
+
+
+def test_delete_many_deletes_only_tasks_still_in_the_segment_it_names(backend):
+    a, b, c = (enqueue(backend, echo, i) for i in range(3))
+    backend.acquire("default", count=1, worker="w")
+    assert backend.delete_many("default", segment="ready", task_ids=[a.id, b.id, "missing"]) == [b.id]
+    assert backend.get_result(a.id).status == TaskResultStatus.RUNNING
+    assert [r.id for r in backend.peek("default", segment=Segment.READY)] == [c.id]
+
+
+def test_delete_finds_each_task_wherever_it_is(backend):
+    a, b = (enqueue(backend, echo, i) for i in range(2))
+    backend.acquire("default", count=1, worker="w")
+    assert backend.delete([a.id, b.id]) == 2
+    assert backend.queue_stats()["default"] == dict.fromkeys(Segment, 0)
 
 
 def test_peek_returns_a_page_and_the_total_in_queue_order(backend):

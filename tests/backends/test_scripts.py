@@ -19,7 +19,12 @@ def scripts(backend):
 
 def test_enqueue_writes_the_hash_the_segment_the_queue_set_and_a_counter(scripts, raw):
     scripts.enqueue("id-1", '{"x":1}', "default", Segment.READY, "100", "100", 42)
-    assert raw.hgetall(T + "id-1") == {b"data": b'{"x":1}', b"queue": b"default", b"segment": b"ready", b"score": b"100"}
+    assert raw.hgetall(T + "id-1") == {
+        b"data": b'{"x":1}',
+        b"queue": b"default",
+        b"segment": b"ready",
+        b"score": b"100",
+    }
     assert raw.zscore(Q + "ready", "id-1") == 100
     assert raw.smembers("threadmill:{default}:queues") == {b"default"}
     assert raw.get(Q + "ingress:42") == b"1"
@@ -69,8 +74,35 @@ def test_quarantine_moves_to_unreadable_and_records_the_error(scripts, raw):
 def test_promote_moves_due_ids_with_their_stored_ready_score(scripts, raw):
     scripts.enqueue("due", "{}", "default", Segment.DEFERRED, "77", "1", 1)
     scripts.enqueue("later", "{}", "default", Segment.DEFERRED, "78", "99999999999", 1)
-    assert scripts.promote("default", 10) == 1
+    moved, due_in = scripts.promote("default", 10)
+    assert moved == 1
+    assert due_in > 10**9  # "later" falls due at epoch second 99,999,999,999
     assert raw.zrange(Q + "ready", 0, -1, withscores=True) == [(b"due", 77.0)]
+    # An idle worker is woken for the promoted task: one token.
+    assert raw.lrange(Q + "wake", 0, -1) == [b"1"]
+
+
+def test_promote_says_when_nothing_is_deferred(scripts, raw):
+    assert scripts.promote("default", 10) == (0, None)
+    assert raw.llen(Q + "wake") == 0
+
+
+def test_enqueue_pushes_one_wake_token_however_many_ready_tasks_arrive(scripts, raw):
+    for i in range(3):
+        scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)
+    scripts.enqueue("later", "{}", "default", Segment.DEFERRED, "9", "9", 1)
+    assert raw.lrange(Q + "wake", 0, -1) == [b"1"]
+
+
+def test_a_full_acquire_passes_the_wake_token_on_when_tasks_are_left(scripts, raw):
+    for i in range(3):
+        scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)
+    raw.delete(Q + "wake")  # An idle worker took the enqueue's token.
+    scripts.acquire(["default"], 2, "w", 30, "a")
+    assert raw.llen(Q + "wake") == 1
+    raw.delete(Q + "wake")
+    scripts.acquire(["default"], 2, "w", 30, "b")  # Takes the last one: nothing to pass on.
+    assert raw.llen(Q + "wake") == 0
 
 
 def test_claim_expired_gives_a_new_token_and_a_claim_window(scripts, raw):
@@ -96,9 +128,25 @@ def test_purge_deletes_one_batch_and_spares_tasks_that_moved(scripts, raw):
 def test_delete_removes_the_hash_the_result_and_the_segment_entry(scripts, raw, backend):
     result = enqueue(backend, echo, 1)
     raw.set(f"threadmill:{{default}}:result:{result.id}", "r")
-    assert scripts.delete([result.id, "missing"]) == 1
+    assert scripts.delete("default", Segment.READY, [result.id, "missing"]) == [result.id]
     assert raw.keys(f"*{result.id}*") == []
     assert raw.zcard(Q + "ready") == 0
+
+
+def test_delete_leaves_a_task_that_moved_to_another_segment_or_queue(scripts, raw, backend):
+    moved, other_queue, stays = (enqueue(backend, echo, i).id for i in range(3))
+    backend.acquire("default", count=1, worker="w")
+    raw.hset(T + other_queue, "queue", "emails")
+    assert scripts.delete("default", Segment.READY, [moved, other_queue, stays]) == [stays]
+    assert raw.hget(T + moved, "segment") == b"running"
+    assert raw.zscore(Q + "running", moved) is not None
+    assert raw.exists(T + other_queue)
+
+
+def test_delete_removes_the_entry_of_a_task_whose_data_expired(scripts, raw):
+    raw.zadd(Q + "failed", {"ghost": 1.0})
+    assert scripts.delete("default", Segment.FAILED, ["ghost"]) == ["ghost"]
+    assert raw.zcard(Q + "failed") == 0
 
 
 def test_peek_returns_the_total_and_rows_in_one_reply(scripts, backend):
@@ -106,3 +154,58 @@ def test_peek_returns_the_total_and_rows_in_one_reply(scripts, backend):
     reply = scripts.peek("default", Segment.READY, 1, 2, False)
     assert reply[0] == 4
     assert [reply[2], reply[11]] == [ids[1].encode(), ids[2].encode()]
+
+
+def test_trim_finished_drops_only_ids_older_than_the_ttl_up_to_the_limit(scripts, raw):
+    now = float(raw.time()[0])
+    raw.zadd(Q + "successful", {"a": 1.0, "b": 2.0, "c": 3.0, "fresh": now})
+    raw.zadd(Q + "failed", {"f": 1.0})
+    assert scripts.trim_finished("default", 60, 2) == 3
+    assert raw.zrange(Q + "successful", 0, -1) == [b"c", b"fresh"]
+    assert scripts.trim_finished("default", 60, 2) == 1
+    assert scripts.trim_finished("default", 60, 2) == 0
+
+
+def test_requeue_many_refuses_a_running_task_read_under_another_lease(scripts, raw):
+    scripts.enqueue("id", "{}", "default", Segment.READY, "1", "1", 1)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    args = ("default", Segment.RUNNING)
+    assert scripts.requeue_many(*args, [("id", "stale", '{"new":1}')], [], True, 15) == ([], ["id"])
+    assert scripts.requeue_many(*args, [("id", "", "")], [], True, 15) == ([], ["id"])
+    assert raw.hget(T + "id", "data") == b"{}"
+    assert scripts.requeue_many(*args, [("id", "tok:1", '{"new":1}')], [], True, 15) == (["id"], [])
+    assert raw.hget(T + "id", "data") == b'{"new":1}'
+    assert raw.zrange(Q + "ready", 0, -1) == [b"id"]
+
+
+def test_requeue_many_matches_needles_against_the_stored_document(scripts, raw):
+    scripts.enqueue("a", '{"path":"x.a"}', "default", Segment.DEFERRED, "1", "1", 1)
+    scripts.enqueue("b", '{"path":"x.b"}', "default", Segment.DEFERRED, "2", "2", 1)
+    moved = scripts.requeue_many("default", Segment.DEFERRED, [("a", "", ""), ("b", "", "")], ["x.b"], False, 15)
+    assert moved == (["b"], [])
+
+
+def test_live_leases_keeps_tasks_with_a_future_deadline_and_a_fresh_or_no_heartbeat(scripts, raw):
+    for i, worker in enumerate(["fresh", "stale", "unknown"]):
+        scripts.enqueue(worker, "{}", "default", Segment.READY, str(i), str(i), 1)
+        scripts.acquire(["default"], 1, worker, 30, worker)
+    now = int(raw.time()[0])
+    raw.zadd("threadmill:{default}:workers", {"fresh": now, "stale": now - 20})
+    assert scripts.live_leases("default", ["fresh", "stale", "unknown"], 15) == ["fresh", "unknown"]
+    raw.zadd(Q + "running", {"fresh": 1})
+    assert scripts.live_leases("default", ["fresh", "stale", "unknown"], 15) == ["unknown"]
+
+
+@pytest.mark.parametrize("newest_first", [False, True])
+def test_scan_walks_a_segment_by_cursor_through_ties_and_removals(scripts, raw, newest_first):
+    raw.zadd(Q + "failed", {f"tie-{i:02d}": 5.0 for i in range(10)} | {"a-low": 1.0, "z-high": 9.0, "m": 5.5})
+    order = [m.decode() for m in raw.zrange(Q + "failed", 0, -1, desc=newest_first)]
+    seen, cursor = [], (b"", b"")
+    while entries := scripts.scan("default", Segment.FAILED, cursor, 3, newest_first):
+        seen += [task_id.decode() for task_id, _ in entries]
+        cursor = (entries[-1][1], entries[-1][0])
+        # Remove what was just read and one entry not yet read: nothing still there is skipped.
+        raw.zrem(Q + "failed", *[task_id for task_id, _ in entries])
+        if len(seen) == 3:
+            raw.zrem(Q + "failed", order[5])
+    assert seen == [task_id for task_id in order if task_id != order[5]]

@@ -135,3 +135,13 @@ def test_the_reaper_only_logs_a_payload_that_is_already_gone(backend, raw, caplo
     assert "already gone" in caplog.text
     assert raw.zcard("threadmill:{default}:default:running") == 0
     assert raw.zcard("threadmill:{default}:default:unreadable") == 0
+
+
+def test_requeue_of_a_running_unreadable_task_keeps_its_payload_and_logs_the_attempt(backend, raw, caplog):
+    result = enqueue(backend, echo, 1)
+    backend.acquire("default", worker="host:1")
+    raw.hset(f"threadmill:{{default}}:task:{result.id}", "data", b"\xff not json")
+    assert backend.requeue(result.id)
+    assert raw.hget(f"threadmill:{{default}}:task:{result.id}", "data") == b"\xff not json"
+    assert raw.hget(f"threadmill:{{default}}:task:{result.id}", "segment") == b"ready"
+    assert f"Task {result.id} on queue default was requeued while worker host:1 ran it" in caplog.text

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import Counter
 
+import psutil
 import pytest
 import redis
 from django.tasks import TaskResultStatus
@@ -20,6 +22,11 @@ pytestmark = pytest.mark.slow
 
 def _records(stderr: str) -> list[dict]:
     return [json.loads(line) for line in stderr.splitlines()]
+
+
+def _wait_until_started(backend, key: str) -> None:
+    """Wait until a `counted` task runs on a consumer (leased is not enough: it may still be buffered)."""
+    wait_until(lambda: backend.client.hget("test:runs", key), f"task {key!r} runs")
 
 
 def _by_start(results):
@@ -146,8 +153,8 @@ def test_prefetch_on_and_off_give_the_same_results(backend):
     assert sum(outcomes[0].values()) == 24
 
 
-def test_sigterm_with_a_full_buffer_finishes_and_acknowledges_every_leased_task(backend, start_worker):
-    results = [tasks.sleep_for.enqueue(0.05) for _ in range(60)]
+def test_sigterm_hands_buffered_tasks_back_at_once_and_lets_running_ones_finish(backend, start_worker):
+    results = [tasks.sleep_for.enqueue(0.5) for _ in range(20)]
     worker = start_worker("-w", "1", "-t", "2", "--prefetch-count", "8", "-q", "default")
     # Two running and eight buffered: every lease this process holds.
     wait_until(lambda: segment_counts(backend)[Segment.RUNNING] >= 10, "the buffer is full")
@@ -156,33 +163,69 @@ def test_sigterm_with_a_full_buffer_finishes_and_acknowledges_every_leased_task(
 
     counts = segment_counts(backend)
     assert counts[Segment.RUNNING] == 0
-    assert counts[Segment.SUCCESSFUL] >= 10
+    assert 2 <= counts[Segment.SUCCESSFUL] <= 4
     assert counts[Segment.SUCCESSFUL] + counts[Segment.READY] == len(results)
+    # Handed back without an attempt: no worker id, no error, never started.
+    handed_back = backend.peek("default", segment="ready", count=50)
+    assert all(not r.worker_ids and not r.errors and r.started_at is None for r in handed_back)
     assert "Traceback" not in worker.output
 
 
-def test_a_second_ctrl_c_exits_at_once_leaving_the_leases(backend, start_worker):
-    tasks.sleep_for.enqueue(30)
-    worker = start_worker("-w", "1", "-q", "default")
-    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
-    child = worker.children()[0]
+def test_sigterm_hands_back_a_task_still_running_at_the_shutdown_timeout(backend, start_worker):
+    result = tasks.counted.enqueue("long", 30)
+    worker = start_worker("-w", "1", "--shutdown-timeout", "0.5", "-q", "default")
+    _wait_until_started(backend, "long")
+    stopped_at = time.monotonic()
 
-    worker.process.send_signal(signal.SIGINT)
-    os.kill(child, signal.SIGINT)  # What a terminal's Ctrl-C does to the process group.
-    wait_until(lambda: "stopping" in worker.output, "the pool starts a graceful stop")
-    worker.process.send_signal(signal.SIGINT)
-    os.kill(child, signal.SIGINT)
+    assert worker.stop(signal.SIGTERM) == 0, worker.output
+
+    assert time.monotonic() - stopped_at < 0.5 + 3
+    assert segment_counts(backend)[Segment.READY] == 1
+    interrupted = backend.get_result(result.id)
+    assert len(interrupted.worker_ids) == 1
+    assert interrupted.errors[-1].exception_class_path == "threadmill.exceptions.AttemptAbandoned"
+    assert "interrupted this attempt after 0.5 s" in interrupted.errors[-1].traceback
+    # It said goodbye: nothing it held is left for the broker.
+    assert backend.worker_heartbeats() == {}
+
+
+def test_a_second_sigterm_exits_at_once_and_leaves_the_lease_to_the_broker(backend, start_worker):
+    tasks.counted.enqueue("long", 30)
+    worker = start_worker("-w", "1", "-q", "default")
+    _wait_until_started(backend, "long")
+
+    worker.process.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping" in worker.output, "the pool starts a bounded stop")
+    worker.process.send_signal(signal.SIGTERM)
 
     assert worker.process.wait(10) == 130
+    assert segment_counts(backend)[Segment.RUNNING] == 1
+    assert len(backend.worker_heartbeats()) == 1
+
+
+def test_a_second_ctrl_c_exits_at_once_leaving_the_leases(backend, start_worker):
+    tasks.counted.enqueue("long", 30)
+    worker = start_worker("-w", "1", "-q", "default")
+    _wait_until_started(backend, "long")
+    child = worker.children()[0]
+
+    # A terminal's Ctrl-C reaches the supervisor only: its worker processes lead groups of their own.
+    assert os.getpgid(child) == child
+    worker.process.send_signal(signal.SIGINT)
+    wait_until(lambda: "stopping" in worker.output, "the pool starts a graceful stop")
+    worker.process.send_signal(signal.SIGINT)
+
+    assert worker.process.wait(10) == 130
+    wait_until(lambda: not psutil.pid_exists(child), "the worker process exits")
     assert segment_counts(backend)[Segment.RUNNING] == 1
 
 
 def test_sigterm_then_sigint_to_the_supervisor_stops_every_process_at_once(backend, start_worker):
     import psutil
 
-    tasks.sleep_for.enqueue(30)
+    tasks.counted.enqueue("long", 30)
     worker = start_worker("-w", "1", "-q", "default")
-    wait_until(lambda: segment_counts(backend)[Segment.RUNNING] == 1, "the task runs")
+    _wait_until_started(backend, "long")
     child = psutil.Process(worker.children()[0])
 
     worker.process.send_signal(signal.SIGTERM)
@@ -282,7 +325,7 @@ def test_a_fetch_failure_exits_the_process_and_the_supervisor_respawns_it(backen
     backend.client.set(ready, "not a sorted set")
     worker = start_worker("-w", "1", "-q", "default")
     wait_until(lambda: worker.output.count("exited with code 1") >= 2, "the process failed twice")
-    failures = [r for r in worker.records() if r["message"].startswith("Fetching tasks from queues default failed")]
+    failures = [r for r in worker.records() if r["message"].startswith("A call to the server failed on queues default")]
     assert len({r["process"] for r in failures}) >= 2
     assert all("WRONGTYPE" in r["traceback"] for r in failures)
 
@@ -351,3 +394,19 @@ def test_a_bad_option_is_a_one_line_error(args, message):
     assert done.returncode != 0
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert message in done.stderr
+
+
+def test_the_supervisor_kills_a_worker_process_that_outlives_its_shutdown_timeout(backend, start_worker):
+    tasks.counted.enqueue("long", 30)
+    worker = start_worker("-w", "1", "--shutdown-timeout", "0.5", "-q", "default")
+    _wait_until_started(backend, "long")
+    child = psutil.Process(worker.children()[0])
+    child.suspend()  # A process that cannot hand back or exit.
+    stopped_at = time.monotonic()
+
+    assert worker.stop(signal.SIGTERM) == 0
+
+    assert time.monotonic() - stopped_at < 0.5 + 3 + 2
+    child.wait(5)
+    assert not child.is_running()
+    assert "did not stop within its shutdown timeout; killing it" in worker.output

@@ -54,6 +54,14 @@ UNREADABLE_PAYLOAD_ERRORS: tuple[type[Exception], ...] = (
 
 
 @dataclass(frozen=True, slots=True)
+class PausedQueue:
+    """Who paused a queue, and since when (the server's clock)."""
+
+    by: str
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class UnreadableTask:
     """A stored task whose payload this code cannot read, kept exactly as stored."""
 
@@ -100,6 +108,13 @@ class ThreadmillTask(Task):
 
             raise InvalidTask("retry must be a retry policy or a callable taking a TaskContext.")
         super(ThreadmillTask, self).__post_init__()
+
+    def enqueue_many(self, calls):
+        """Enqueue this task once per (args, kwargs) of `calls` in as few round trips as the backend can."""
+        backend = self.get_backend()
+        if hasattr(backend, "enqueue_many"):
+            return backend.enqueue_many(self, calls)
+        return [backend.enqueue(self, args, kwargs) for args, kwargs in calls]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,9 +2,16 @@
 
 The **mover** promotes deferred tasks whose run_after has passed. The **reaper** claims
 leases whose deadline passed on the server's clock, then fails each task with
-`AcknowledgementTimeout` or retries it per its retry policy. A claim gives the task a
-new fencing token, so two brokers never handle one task and a late acknowledgement by
-the original worker is refused.
+`AcknowledgementTimeout` or retries it per its retry policy. **Recovery** claims the leases
+of worker processes whose heartbeat is older than `worker_timeout`: a task that never
+started goes back to ready as it was; one that was running goes back with the lost
+attempt recorded (`WorkerLost`), unless it lost its worker `WORKER_LOSS_LIMIT` times in a
+row. A claim gives the task a new fencing token, so two brokers never handle one task and
+a late acknowledgement by the original worker is refused.
+
+Recovery runs only once this broker has reached the server without a failure for
+`worker_timeout + socket_timeout`: after an outage every worker's heartbeat is stale, and
+live workers need that long to send their next one.
 """
 
 from __future__ import annotations
@@ -12,10 +19,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..outcome import lease_expired_error, mark_failed, retry_delay
+from ..outcome import keeps_losing_its_worker, lease_expired_error, mark_failed, record_worker_lost, retry_delay
 from . import codec
 from .base import UNREADABLE_PAYLOAD_ERRORS, Segment
 
@@ -26,6 +35,10 @@ logger = logging.getLogger("threadmill.broker")
 
 #: Seconds a reaper holds a claimed task while it decides its fate.
 CLAIM_WINDOW_S = 60.0
+#: Most running entries of one queue a recovery call looks through for a dead worker's leases.
+RECOVERY_SCAN_LIMIT = 10_000
+#: Most expired ids a trim call drops from each finished segment.
+TRIM_BATCH_SIZE = 1000
 
 
 class RedisBroker:
@@ -34,32 +47,84 @@ class RedisBroker:
     def __init__(self, backend: RedisTaskBackend, queue_names: list[str] | None = None) -> None:
         self.backend = backend
         self.queue_names = queue_names
+        #: Monotonic time the next deferred task falls due, as of the last mover pass; None when none is deferred.
+        self.next_due_at: float | None = None
+        #: Monotonic time since which every pass reached the server; None after a failure.
+        self._reachable_since: float | None = None
 
     def queues(self) -> list[str]:
         return self.queue_names or self.backend.queue_names()
 
     def run(self, stop: threading.Event) -> None:
-        """Run passes every `broker_interval` until `stop` is set."""
+        """Run passes every `broker_interval`, and the mover alone when a deferred task falls due, until `stop`."""
+        interval = self.backend.options.broker_interval
+        next_pass = 0.0
         while not stop.is_set():
-            self.run_once()
-            stop.wait(self.backend.options.broker_interval)
+            if time.monotonic() >= next_pass:
+                self.run_once()
+                next_pass = time.monotonic() + interval
+            else:
+                self.move_all()
+            wake_at = next_pass if self.next_due_at is None else min(next_pass, self.next_due_at)
+            stop.wait(max(0.0, wake_at - time.monotonic()))
 
     def run_once(self) -> tuple[int, int]:
-        """Run one mover and one reaper pass over every queue; return (promoted, reaped)."""
+        """Run one mover, reaper and recovery pass over every queue; return (promoted, reaped and recovered)."""
         promoted = reaped = 0
-        for queue_name in self.queues():
-            promoted += self.move(queue_name)
-            reaped += self.reap(queue_name)
+        recovering = self._trusts_heartbeats(time.monotonic())
+        try:
+            promoted = self.move_all()
+            for queue_name in self.queues():
+                reaped += self.reap(queue_name)
+                if recovering:
+                    reaped += self.recover(queue_name)
+                self.trim(queue_name)
+        except Exception:
+            self._reachable_since = None
+            raise
         return promoted, reaped
+
+    def _trusts_heartbeats(self, now: float) -> bool:
+        if self._reachable_since is None:
+            self._reachable_since = now
+        options = self.backend.options
+        return now - self._reachable_since >= options.worker_timeout + options.socket_timeout
+
+    def move_all(self) -> int:
+        """Run the mover over every queue and note when the next deferred task falls due; return how many moved."""
+        total, next_due_in = 0, None
+        self.next_due_at = None  # A failed pass leaves it unset: the next full pass tries again.
+        for queue_name in self.queues():
+            moved, due_in = self._move(queue_name)
+            total += moved
+            if due_in is not None and (next_due_in is None or due_in < next_due_in):
+                next_due_in = due_in
+        self.next_due_at = None if next_due_in is None else time.monotonic() + next_due_in
+        return total
 
     def move(self, queue_name: str) -> int:
         """Promote every due deferred task of a queue to ready; return how many."""
+        return self._move(queue_name)[0]
+
+    def _move(self, queue_name: str) -> tuple[int, float | None]:
         batch_size = self.backend.options.batch_size
         total = 0
-        while (moved := self.backend.scripts.promote(queue_name, batch_size)) > 0:
+        while True:
+            moved, due_in = self.backend.scripts.promote(queue_name, batch_size)
             total += moved
             if moved < batch_size:
-                break
+                return total, due_in
+
+    def trim(self, queue_name: str) -> int:
+        """Drop the finished ids of a queue whose task data expired with `result_ttl`; return how many.
+
+        `acknowledge` trims only the segment it writes to, so without this an idle queue
+        would keep listing and counting tasks that are gone.
+        """
+        result_ttl = self.backend.options.result_ttl
+        total = 0
+        while (dropped := self.backend.scripts.trim_finished(queue_name, result_ttl, TRIM_BATCH_SIZE)) > 0:
+            total += dropped
         return total
 
     def reap(self, queue_name: str) -> int:
@@ -104,3 +169,74 @@ class RedisBroker:
             logger.error("Task %s lease expired; marked failed.", task_id)
             self.backend.acknowledge(result)
         return 1
+
+    def recover(self, queue_name: str) -> int:
+        """Take back every lease of a queue held by a worker whose heartbeat stopped; return how many."""
+        options = self.backend.options
+        forget_after = options.lease_ttl + options.worker_timeout
+        total = 0
+        running_by_worker: dict[str, set[str] | None] = {}
+        while True:
+            reply = self.backend.scripts.claim_abandoned(
+                queue_name,
+                options.worker_timeout,
+                forget_after,
+                options.batch_size,
+                RECOVERY_SCAN_LIMIT,
+                CLAIM_WINDOW_S,
+                os.urandom(6).hex(),
+            )
+            rows = [reply[i : i + 7] for i in range(1, len(reply), 7)]
+            fates: Counter[tuple[str, str]] = Counter()
+            for row in rows:
+                fates[row[2].decode(), self._recover_one(queue_name, running_by_worker, *row)] += 1
+            for (worker, fate), count in sorted(fates.items()):
+                logger.warning(
+                    "Worker %s is lost (no heartbeat): %d of its tasks on queue %s %s.", worker, count, queue_name, fate
+                )
+            total += len(rows)
+            if len(rows) < options.batch_size:
+                return total
+
+    def _recover_one(
+        self, queue_name: str, running_by_worker, task_id, data, worker, lease_started, started_at, token, age
+    ) -> str:
+        """Settle one task claimed from a lost worker; return what became of it, for the log."""
+        task_id, worker, token = task_id.decode(), worker.decode(), token.decode()
+        if not data:
+            return "were already gone"
+        try:
+            result = codec.decode(
+                data,
+                Segment.RUNNING,
+                started_at=started_at or None,
+                lease_worker=worker,
+                lease_started_at=codec.moment(lease_started),
+                lease_token=token,
+            )
+        except UNREADABLE_PAYLOAD_ERRORS as e:
+            self.backend.quarantine_unreadable(task_id, queue_name, Segment.RUNNING, e, token, "recover")
+            return "were unreadable and quarantined"
+        if worker not in running_by_worker:
+            running_by_worker[worker] = self._running_on(worker)
+        running = running_by_worker[worker]
+        if running is not None and task_id not in running:
+            self.backend.release([result])
+            return "had not started and went back to ready"
+        record_worker_lost(
+            result, f"Worker {worker} sent no heartbeat for {float(age):.1f} s while this attempt ran; it was lost."
+        )
+        if keeps_losing_its_worker(result):
+            logger.error("Task %s lost its worker %d times in a row; marked failed.", task_id, result.attempts)
+            mark_failed(result, result.errors.pop(), datetime.now(UTC))
+            self.backend.acknowledge(result)
+            return "kept losing their worker and were marked failed"
+        self.backend.requeue(result)
+        return "were running and went back to ready, the lost attempt recorded"
+
+    def _running_on(self, worker: str) -> set[str] | None:
+        """Return the ids a worker's last heartbeat said were running, or None when that is unknown."""
+        document = self.backend.worker_document(worker)
+        if document is None or not isinstance(document.get("running"), list):
+            return None
+        return set(document["running"])

@@ -30,8 +30,35 @@ _STATUS_OF_SEGMENT = {
     Segment.FAILED: TaskResultStatus.FAILED,
 }
 _VALID_STATUSES = frozenset(TaskResultStatus.values)
-_tasks: dict[tuple, Task] = {}
-_spec_texts: dict[int, tuple[Task, str]] = {}
+#: Most task objects kept for stored task specs (one per task, options and run_after).
+TASK_CACHE_SIZE = 1024
+#: Most task spec JSON texts kept (one per task object encoded).
+SPEC_CACHE_SIZE = 1024
+
+
+class BoundedCache(dict):
+    """A dict that forgets its oldest entry once it holds `maxsize`; reads stay a plain `dict.get`."""
+
+    __slots__ = ("maxsize",)
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__()
+        self.maxsize = maxsize
+
+    def put(self, key: Any, value: Any) -> Any:
+        """Store `value` under `key`, first evicting the oldest entry when full; return `value`."""
+        if len(self) >= self.maxsize and key not in self:
+            # Another thread may evict at the same time: losing that race only means one fewer entry.
+            try:
+                del self[next(iter(self))]
+            except (KeyError, StopIteration, RuntimeError):
+                pass
+        self[key] = value
+        return value
+
+
+_tasks: BoundedCache = BoundedCache(TASK_CACHE_SIZE)
+_spec_texts: BoundedCache = BoundedCache(SPEC_CACHE_SIZE)
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
 _loads = json.loads
 _fromtimestamp = datetime.fromtimestamp
@@ -111,7 +138,7 @@ def encode_new(task: Task, task_id: str, args: Any, kwargs: Any, enqueued_at: fl
 def _spec_json(task: Task) -> str:
     cached = _spec_texts.get(id(task))
     if cached is None or cached[0] is not task:
-        cached = _spec_texts[id(task)] = (task, _dumps(task_spec(task)))
+        cached = _spec_texts.put(id(task), (task, _dumps(task_spec(task))))
     return cached[1]
 
 
@@ -151,7 +178,7 @@ def _task_of(spec: dict[str, Any]) -> Task:
     )
     task = _tasks.get(key)
     if task is None:
-        task = _tasks[key] = _resolve_task(spec)
+        task = _tasks.put(key, _resolve_task(spec))
     return task
 
 

@@ -49,6 +49,22 @@ class KeySchema:
         """Sorted set of task ids in one segment of a queue."""
         return f"{self.prefix}:{queue_name}:{segment}"
 
+    def wake(self, queue_name: str) -> str:
+        """List holding at most one token: pushed when tasks become ready, popped (BLPOP) by an idle worker."""
+        return f"{self.prefix}:{queue_name}:wake"
+
+    def worker_wake(self, name: str) -> str:
+        """List an idle worker process also waits on, so it can be woken to stop."""
+        return f"{self.prefix}:worker:{name}:wake"
+
+    def control(self) -> str:
+        """Hash of operators' pending commands: worker name -> JSON {"command", "by", "at"}."""
+        return f"{self.prefix}:control"
+
+    def paused(self) -> str:
+        """Hash of paused queues: queue name -> JSON {"by": who, "since": server epoch seconds}."""
+        return f"{self.prefix}:paused"
+
     def queues(self) -> str:
         """Set of every queue name a task was ever enqueued on."""
         return f"{self.prefix}:queues"

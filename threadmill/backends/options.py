@@ -76,7 +76,9 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
     for name, value in raw.items():
         if name in _FLAGS:
             if not isinstance(value, bool):
-                raise ImproperlyConfigured(f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be True or False, not {value!r}.")
+                raise ImproperlyConfigured(
+                    f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be True or False, not {value!r}."
+                )
             parsed[name] = value
             continue
         number = _positive_number(alias, name, value)

@@ -8,13 +8,14 @@ state change is one Lua script; a payload this code cannot read is quarantined i
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from django.core.exceptions import ImproperlyConfigured
@@ -26,18 +27,55 @@ from django.utils.json import normalize_json
 
 from ..exceptions import BackendConnectionError, UnreadableTaskError
 from . import codec
+from .aio import AsyncClients
 from .base import (
     UNREADABLE_PAYLOAD_ERRORS,
     Segment,
     ThreadmillTask,
     ThreadmillTaskResult,
+    return_value_of,
 )
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .options import parse_options
 from .scripts import RedisScripts, translate_errors
-from .tooling import RedisTooling
+from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
+
+#: Most tasks `enqueue_many` stores in one script call.
+ENQUEUE_BATCH = 1000
+#: Seconds a token that wakes one worker process is kept, should the process be gone.
+WORKER_WAKE_TTL_S = 60
+#: Most running entries of one queue `release_unanswered` looks through.
+RELEASE_SCAN_LIMIT = 100_000
+
+
+#: Marks `acknowledge` called without a return value: the result's own is stored.
+_ON_RESULT: Any = object()
+
+
+class PreparedTask(NamedTuple):
+    """A new task encoded for the enqueue script, with what its result needs."""
+
+    id: str
+    payload: str
+    segment: Segment
+    ready_score: str
+    score: str
+    args: Any
+    kwargs: Any
+    now: float
+
+
+def _call(index: int, call: Any) -> tuple[Any, Any]:
+    """Return one (args, kwargs) element of enqueue_many's calls, or raise TypeError naming it."""
+    try:
+        args, kwargs = call
+    except (TypeError, ValueError):
+        raise TypeError(f"enqueue_many's calls[{index}] must be an (args, kwargs) pair, not {call!r}.") from None
+    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence) or not isinstance(kwargs, Mapping):
+        raise TypeError(f"enqueue_many's calls[{index}] must be a (list, dict) pair, not {call!r}.")
+    return args, kwargs
 
 
 def default_worker_name() -> str:
@@ -63,6 +101,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         self.keys = KeySchema(alias)
         self._client: redis.Redis | None = None
         self._scripts: RedisScripts | None = None
+        self._aio: AsyncClients | None = None
         self._rotation = 0
 
     # -- connection -------------------------------------------------------------------
@@ -71,8 +110,22 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     def client(self) -> redis.Redis:
         """The redis-py client, created on first use (replies are bytes)."""
         if self._client is None:
-            self._client = redis.Redis.from_url(self.redis_url, decode_responses=False)
+            # A timeout on every read, so a hung server (SIGSTOP, a dead host) fails a call
+            # instead of blocking its thread for good; the worker then backs off and retries.
+            self._client = redis.Redis.from_url(
+                self.redis_url,
+                decode_responses=False,
+                socket_timeout=self.options.socket_timeout,
+                socket_connect_timeout=self.options.socket_timeout,
+            )
         return self._client
+
+    @property
+    def aio(self) -> AsyncClients:
+        """The asyncio clients, one per running event loop."""
+        if self._aio is None:
+            self._aio = AsyncClients(self.redis_url, self.options.socket_timeout)
+        return self._aio
 
     @property
     def scripts(self) -> RedisScripts:
@@ -84,33 +137,80 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
+        return self._enqueue_prepared(task, [self._prepare(task, args, kwargs, time.time())])[0]
+
+    async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
+        """`enqueue` on the running event loop's own connection, without tying up a thread."""
+        if self.options.fsync_enqueue:
+            # WAITAOF must follow the write on the same connection: the thread path keeps one per thread.
+            return await super().aenqueue(task, args, kwargs)
+        self.validate_task(task)
+        prepared = self._prepare(task, args, kwargs, time.time())
+        keys, script_args = self.scripts.enqueue_call(
+            task.queue_name,
+            [(prepared.id, prepared.payload, prepared.segment, prepared.ready_score, prepared.score)],
+            int(prepared.now // 60),
+        )
+        await self.aio.run(self.scripts.enqueue_script, keys, script_args)
+        result = self._new_result(task, prepared)
+        await task_enqueued.asend(type(self), task_result=result)
+        return result
+
+    def enqueue_many(
+        self, task, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+    ) -> list[ThreadmillTaskResult]:
+        """Enqueue `task` once for each (args, kwargs) of `calls`, in one script call per `ENQUEUE_BATCH`.
+
+        Every call's arguments are checked and encoded before anything is written, so bad
+        arguments for one fail the whole call. Returns the results in the order of `calls`
+        and sends `task_enqueued` for each.
+        """
+        self.validate_task(task)
+        now = time.time()
+        prepared = [self._prepare(task, *_call(i, call), now) for i, call in enumerate(calls)]
+        results: list[ThreadmillTaskResult] = []
+        for start in range(0, len(prepared), ENQUEUE_BATCH):
+            results += self._enqueue_prepared(task, prepared[start : start + ENQUEUE_BATCH])
+        return results
+
+    def _prepare(self, task, args, kwargs, now: float) -> PreparedTask:
         args, kwargs = normalize_json(args), normalize_json(kwargs)
         task_id = codec.new_task_id()
-        now = time.time()
         payload = codec.encode_new(task, task_id, args, kwargs, now)
         ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
         if task.run_after is not None:
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
             segment, score = Segment.READY, ready_score
-        self.scripts.enqueue(task_id, payload, task.queue_name, segment, ready_score, score, int(now // 60))
-        result = ThreadmillTaskResult(
+        return PreparedTask(task_id, payload, segment, ready_score, score, args, kwargs, now)
+
+    def _enqueue_prepared(self, task, prepared: list[PreparedTask]) -> list[ThreadmillTaskResult]:
+        # WAITAOF waits at most half the socket timeout, so the server's own "not yet" arrives
+        # before the client would give the connection up as lost.
+        durable_within_s = self.options.socket_timeout / 2 if self.options.fsync_enqueue else None
+        entries = [(p.id, p.payload, p.segment, p.ready_score, p.score) for p in prepared]
+        self.scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
+        results = [self._new_result(task, p) for p in prepared]
+        for result in results:
+            task_enqueued.send(type(self), task_result=result)
+        return results
+
+    def _new_result(self, task, prepared: PreparedTask) -> ThreadmillTaskResult:
+        return ThreadmillTaskResult(
             task=task,
-            id=task_id,
+            id=prepared.id,
             status=TaskResultStatus.READY,
-            enqueued_at=datetime.fromtimestamp(now, UTC),
+            enqueued_at=datetime.fromtimestamp(prepared.now, UTC),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
-            args=args,
-            kwargs=kwargs,
+            args=prepared.args,
+            kwargs=prepared.kwargs,
             backend=self.alias,
             errors=[],
             worker_ids=[],
-            segment=segment,
+            segment=prepared.segment,
         )
-        task_enqueued.send(type(self), task_result=result)
-        return result
 
     @translate_errors
     def get_result(self, result_id: str) -> ThreadmillTaskResult:
@@ -119,7 +219,17 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         pipe.hmget(self.keys.task(result_id), TASK_FIELDS)
         pipe.get(self.keys.result(result_id))
         fields, stored_result = pipe.execute()
-        data, queue, segment, started_at, worker, lease_started, token, read_error = fields
+        return self._stored_result(result_id, fields, stored_result)
+
+    async def aget_result(self, result_id: str) -> ThreadmillTaskResult:
+        """`get_result` on the running event loop's own connection, without a thread."""
+        fields, stored_result = await self.aio.read_task(
+            self.keys.task(result_id), self.keys.result(result_id), TASK_FIELDS
+        )
+        return self._stored_result(result_id, fields, stored_result)
+
+    def _stored_result(self, result_id: str, fields: list, stored_result: bytes | None) -> ThreadmillTaskResult:
+        data, _, segment, started_at, worker, lease_started, token, read_error = fields
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {result_id!r} is stored.")
         segment = Segment(segment.decode())
@@ -141,20 +251,27 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     # -- the worker's verbs -----------------------------------------------------------
 
     def acquire(
-        self, *queue_names: str, count: int = 1, worker: str = "", timeout: timedelta | None = None
+        self,
+        *queue_names: str,
+        count: int = 1,
+        worker: str = "",
+        timeout: timedelta | None = None,
+        token_base: str = "",
     ) -> list[ThreadmillTaskResult]:
         """Lease up to `count` ready tasks round-robin across `queue_names` in one atomic call.
 
         With `timeout` None this tries once; with a timedelta it polls with exponential
         backoff until a task arrives or the time is up. An empty list means none arrived.
-        Payloads this code cannot read are quarantined and not returned.
+        Payloads this code cannot read are quarantined and not returned. Each lease's
+        token starts with `token_base` (random unless given), so the leases of a call whose
+        reply was lost can be found again with `release_unanswered`.
         """
         queues = list(queue_names) or sorted(self.queues)
         worker = worker or default_worker_name()
         deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
         pause = self.options.poll_interval
         while True:
-            results = self._acquire_once(queues, count, worker)
+            results = self._acquire_once(queues, count, worker, token_base or os.urandom(6).hex())
             if results or deadline is None:
                 return results
             remaining = deadline - time.monotonic()
@@ -163,11 +280,11 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, self.options.poll_max_interval)
 
-    def _acquire_once(self, queues: list[str], count: int, worker: str) -> list[ThreadmillTaskResult]:
+    def _acquire_once(self, queues: list[str], count: int, worker: str, token_base: str) -> list[ThreadmillTaskResult]:
         shift = self._rotation % len(queues)
         self._rotation += 1
         rotated = queues[shift:] + queues[:shift]
-        reply = self.scripts.acquire(rotated, count, worker, self.options.lease_ttl, os.urandom(6).hex())
+        reply = self.scripts.acquire(rotated, count, worker, self.options.lease_ttl, token_base)
         now = int(reply[0]) + int(reply[1]) / 1e6
         lease_start = datetime.fromtimestamp(now, UTC)
         deadline = datetime.fromtimestamp(now + self.options.lease_ttl, UTC)
@@ -192,8 +309,14 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
                 )
         return results
 
-    def acknowledge(self, result: TaskResult, return_value: Any = None) -> bool:
-        """Store a finished result and release its lease; False when the fence refused it."""
+    def acknowledge(self, result: TaskResult, return_value: Any = _ON_RESULT) -> bool:
+        """Store a finished result and release its lease; False when the fence refused it.
+
+        Without `return_value`, the value the result carries is stored (Django's
+        `TaskResult.return_value` of a successful result).
+        """
+        if return_value is _ON_RESULT:
+            return_value = return_value_of(result)
         return self.acknowledge_many([(result, return_value)])[0]
 
     def acknowledge_many(self, outcomes: Sequence[tuple[TaskResult, Any]]) -> list[bool]:
@@ -207,19 +330,69 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         for (result, _), ok in zip(outcomes, accepted, strict=True):
             if not ok:
                 logger.warning(
-                    "Acknowledgement of task %s refused: its lease (token %s) expired and the task was leased again.",
+                    "Acknowledgement of task %s refused: it no longer holds lease %s (taken back by the broker, "
+                    "or already acknowledged by a call whose reply was lost).",
                     result.id,
                     result.lease_token,
                 )
         return [bool(ok) for ok in accepted]
 
+    def release(self, results: Sequence[ThreadmillTaskResult]) -> int:
+        """Hand leased tasks that never started back to ready, where they were, with no attempt recorded.
+
+        Fenced per task by its lease token: a task whose lease was taken over is left alone.
+        Returns how many went back.
+        """
+        if not results:
+            return 0
+        return self.scripts.release([(r.id, r.task.queue_name, r.lease_token) for r in results])
+
+    def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str]) -> int:
+        """Hand back to ready the leases that acquire calls with these token bases took; return how many.
+
+        For calls whose reply never arrived (a timeout, a dropped connection): the server may
+        have run them, leasing tasks to a worker that never saw them.
+        """
+        if not token_bases:
+            return 0
+        return self.scripts.release_unanswered(list(queue_names), list(token_bases), RELEASE_SCAN_LIMIT)
+
+    def wait_for_tasks(self, queue_names: Sequence[str], worker: str, timeout_s: float) -> bool:
+        """Block until a task may be ready on one of the queues, `worker` is woken, or `timeout_s` passes.
+
+        Returns True when woken. Waking leases nothing: the caller acquires as usual.
+        """
+        keys = [self.keys.wake(q) for q in queue_names] + [self.keys.worker_wake(worker)]
+        return self.scripts.wait_for_wake(keys, timeout_s, self.options.socket_timeout)
+
+    @translate_errors
+    def wake_worker(self, worker: str) -> None:
+        """Wake `worker` if it waits for tasks (so it notices a stop at once)."""
+        key = self.keys.worker_wake(worker)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.lpush(key, "1")
+        pipe.expire(key, WORKER_WAKE_TTL_S)
+        pipe.execute()
+
+    def heartbeat(self, worker: str, document: dict[str, Any] | None, *, publish: bool = True) -> float:
+        """Record that `worker` is alive with its `document` (also published as telemetry); return the server time.
+
+        `document` None says goodbye: the worker handed everything back and leaves the workers set.
+        The document outlives the heartbeat by `lease_ttl`, so the broker can still read a dead worker's.
+        """
+        text = "" if document is None else json.dumps(document)
+        ttl = self.options.lease_ttl + self.options.worker_timeout
+        return float(self.scripts.heartbeat(worker, text, ttl, publish))
+
     def requeue(self, task: str | TaskResult, *, run_after: datetime | timedelta | None = None) -> bool:
         """Move a task back to ready (or to deferred with `run_after`), keeping its id.
 
-        Given an id, the stored payload is kept as it is (it may be unreadable). Given a
-        TaskResult, its errors and worker ids are stored with it and the call is fenced by
-        its lease token. Returns False when there is no such task, it is already ready,
-        or the fence refused it.
+        Given an id, the stored payload is kept as it is (it may be unreadable), except that
+        a running task's abandoned attempt is recorded in it: its worker id stays in
+        `worker_ids` and an `AttemptAbandoned` error says so (fenced by the lease it was read
+        under). Given a TaskResult, its errors and worker ids are stored with it and the call
+        is fenced by its lease token. Returns False when there is no such task, it is
+        already ready, or the fence refused it.
         """
         at = self._run_after_seconds(run_after)
         if isinstance(task, TaskResult):
@@ -231,13 +404,28 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
                 document=codec.encode_result(task),
             )
         else:
-            queue = self.client.hget(self.keys.task(task), "queue")
-            if queue is None:
-                return False
-            reply = self.scripts.requeue(task, queue.decode(), run_after=at)
+            reply = self._requeue_by_id(task, at)
         if reply == -1:
             logger.warning("Requeue of task %s refused: its lease was taken over.", getattr(task, "id", task))
         return reply == 1
+
+    def _requeue_by_id(self, task_id: str, at: float | None) -> int:
+        # A running task is read with its lease applied and requeued with its abandoned attempt
+        # recorded, fenced by that lease's token; if it was leased again in between, read again.
+        reply = -1
+        for _ in range(REQUEUE_ROUNDS):
+            fields = translate_errors(self.client.hmget)(self.keys.task(task_id), TASK_FIELDS)
+            if fields[1] is None:
+                return 0
+            queue_name = fields[1].decode()
+            if fields[2] != b"running":
+                return self.scripts.requeue(task_id, queue_name, run_after=at)
+            document = self.abandoned_document(task_id, queue_name, fields, "requeue(task_id)")
+            token = codec.text(fields[6])
+            reply = self.scripts.requeue(task_id, queue_name, run_after=at, token=token, document=document)
+            if reply != -1:
+                return reply
+        return reply
 
     @staticmethod
     def _run_after_seconds(run_after: datetime | timedelta | None) -> float | None:
@@ -260,6 +448,6 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             raise BackendConnectionError(f"Cannot reach the Redis server at {self.redis_url}: {e}") from e
 
 
-from .broker import RedisBroker  # noqa: E402  (public name of this module)
+from .broker import RedisBroker  # (public name of this module; imported last, as broker imports this one)
 
 __all__ = ["RedisBroker", "RedisTaskBackend", "default_worker_name"]

@@ -6,17 +6,18 @@ reply as it comes (bytes). Driver errors become `BackendConnectionError` here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib.resources import files
 from typing import Any
 
 import redis
 
-from ..exceptions import BackendConnectionError
+from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
 from .base import Segment
 from .keys import THROUGHPUT_COUNTER_TTL_S, KeySchema
 
@@ -35,18 +36,44 @@ def _source(name: str) -> str:
 
 
 def translate_errors(method):
-    """Re-raise redis-py's connection and response errors as BackendConnectionError."""
+    """Re-raise redis-py's errors: connection losses and timeouts as ServerUnreachable, the rest as BackendConnectionError."""
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         try:
             return method(*args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise BackendConnectionError(f"Cannot reach the Redis server: {e}") from e
+            raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
         except redis.ResponseError as e:
             raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
 
     return wrapper
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """The same translation as `translate_errors`, for a block (the asyncio client's calls)."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
+    except redis.ResponseError as e:
+        raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
+
+
+def _durable_enqueue_error(error: redis.ResponseError) -> DurableEnqueueError:
+    """Explain a WAITAOF refusal: no append-only file, or a server too old to have WAITAOF."""
+    text = str(error)
+    if "appendonly is disabled" in text:
+        reason = (
+            "the Redis server has no append-only file (appendonly no), so it cannot confirm a task is on disk. "
+            "Turn it on (appendonly yes in its configuration, or CONFIG SET appendonly yes)"
+        )
+    elif "unknown command" in text.lower():
+        reason = "the Redis server does not know WAITAOF, which needs Redis or Valkey 7.2 or later. Upgrade the server"
+    else:
+        reason = f"the Redis server refused WAITAOF ({text}). Fix the server"
+    return DurableEnqueueError(f"The backend option fsync_enqueue is on, but {reason}, or turn fsync_enqueue off.")
 
 
 class LuaScript:
@@ -85,12 +112,23 @@ class RedisScripts:
         self._peek = register(_source("peek"))
         self._peek_matching = register(_source("peek_matching"))
         self._requeue_many = register(_source("requeue_many"))
+        self._heartbeat = register(_source("heartbeat"))
+        self._pause = register(_source("pause"))
+        self._take_control = register(_source("take_control"))
+        self._resume = register(_source("resume"))
+        self._claim_abandoned = register(_source("claim_abandoned"))
+        self._release = register(_source("release"))
+        self._release_unanswered = register(_source("release_unanswered"))
+        self._trim_finished = register(_source("trim_finished"))
+        self._live_leases = register(_source("live_leases"))
+        self._scan = register(_source("scan"))
 
     def _connection(self):
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
             local.connection = self.client.connection_pool.make_connection()
             local.pid = os.getpid()
+            local.aof_checked = False
         return local.connection
 
     def _run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -107,34 +145,95 @@ class RedisScripts:
             connection.disconnect()
             raise
 
+    def _run_durably(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any], wait_s: float) -> tuple:
+        """Run a script, then WAITAOF for its writes on the same connection; return both replies.
+
+        WAITAOF waits for the writes of its own connection, hence the same one. It is a second
+        round trip, not pipelined with the script: pipelined, the server blocks WAITAOF before
+        the write reaches the file and wakes it only at its next cron tick (measured 108 ms an
+        enqueue at appendfsync everysec, against 0.1 ms for two round trips).
+        """
+        connection = self._connection()
+        wait_ms = max(1, round(wait_s * 1000))
+        if not self._local.aof_checked:
+            # Once per connection, before its first durable write, so a server without an
+            # append-only file refuses before any task is stored. WAITAOF on a connection that
+            # has written nothing returns at once; unlike CONFIG GET it is never disabled.
+            self._wait_for_append_only_file(connection, wait_ms)
+            self._local.aof_checked = True
+        reply = self._run(script, keys, args)
+        return reply, self._wait_for_append_only_file(connection, wait_ms)
+
+    def _wait_for_append_only_file(self, connection, wait_ms: int) -> list:
+        try:
+            connection.send_command("WAITAOF", 1, 0, wait_ms)
+            return connection.read_response()
+        except redis.ResponseError as e:
+            raise _durable_enqueue_error(e) from e
+        except (redis.ConnectionError, redis.TimeoutError):
+            connection.disconnect()
+            raise
+
     def segment_keys(self, queue_name: str) -> list[str]:
         """Return the six segment keys of a queue in the scripts' order."""
         return [self.keys.segment(queue_name, segment) for segment in _SEGMENT_ORDER]
 
     @translate_errors
     def enqueue(
-        self, task_id: str, payload: str, queue_name: str, segment: Segment, ready_score: str, score: str, minute: int
-    ) -> None:
-        k = self.keys
-        self._run(
-            self._enqueue,
-            keys=[
-                k.task(task_id),
-                k.segment(queue_name, segment),
-                k.queues(),
-                k.throughput(queue_name, "ingress", minute),
-            ],
-            args=[
-                task_id,
-                payload,
-                queue_name,
-                segment.value,
-                ready_score,
-                score,
-                k.telemetry(),
-                THROUGHPUT_COUNTER_TTL_S,
-            ],
+        self,
+        task_id: str,
+        payload: str,
+        queue_name: str,
+        segment: Segment,
+        ready_score: str,
+        score: str,
+        minute: int,
+        durable_within_s: float | None = None,
+    ) -> int:
+        return self.enqueue_many(
+            queue_name, [(task_id, payload, segment, ready_score, score)], minute, durable_within_s
         )
+
+    @translate_errors
+    def enqueue_many(
+        self,
+        queue_name: str,
+        entries: Sequence[tuple[str, str, Segment, str, str]],
+        minute: int,
+        durable_within_s: float | None = None,
+    ) -> int:
+        """Store (task id, payload, segment, ready score, score) entries of one queue in one call; return how many.
+
+        With `durable_within_s`, return only once they are in the append-only file; raises
+        DurableEnqueueError when the server cannot confirm that within the time.
+        """
+        keys, args = self.enqueue_call(queue_name, entries, minute)
+        if durable_within_s is None:
+            return self._run(self._enqueue, keys=keys, args=args)
+        stored, synced = self._run_durably(self._enqueue, keys=keys, args=args, wait_s=durable_within_s)
+        if int(synced[0]) < 1:
+            ids = ", ".join(entry[0] for entry in entries)
+            raise DurableEnqueueError(
+                f"Task {ids} was enqueued, but the server did not confirm it in its append-only file "
+                f"within {durable_within_s:g} s (fsync_enqueue): it may be lost if the server crashes now."
+            )
+        return stored
+
+    def enqueue_call(
+        self, queue_name: str, entries: Sequence[tuple[str, str, Segment, str, str]], minute: int
+    ) -> tuple[list[str], list[Any]]:
+        """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
+        k = self.keys
+        keys = [k.queues(), k.throughput(queue_name, "ingress", minute), k.wake(queue_name)]
+        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S]
+        for task_id, payload, segment, ready_score, score in entries:
+            keys += [k.task(task_id), k.segment(queue_name, segment)]
+            args += [task_id, payload, segment.value, ready_score, score]
+        return keys, args
+
+    @property
+    def enqueue_script(self) -> LuaScript:
+        return self._enqueue
 
     @translate_errors
     def acquire(self, queue_names: Sequence[str], count: int, worker: str, lease_ttl: float, token_base: str) -> list:
@@ -142,7 +241,11 @@ class RedisScripts:
         keys = [k.segment(q, Segment.READY) for q in queue_names]
         keys += [k.segment(q, Segment.RUNNING) for q in queue_names]
         keys.append(k.task_prefix())
-        return self._run(self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base])
+        keys += [k.wake(q) for q in queue_names]
+        keys.append(k.paused())
+        return self._run(
+            self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base, *queue_names]
+        )
 
     @translate_errors
     def acknowledge(
@@ -171,7 +274,7 @@ class RedisScripts:
         target = "ready" if run_after is None else "deferred"
         return self._run(
             self._requeue,
-            keys=[k.task(task_id), k.result(task_id), *self.segment_keys(queue_name)],
+            keys=[k.task(task_id), k.result(task_id), *self.segment_keys(queue_name), k.wake(queue_name)],
             args=[task_id, target, "" if run_after is None else repr(run_after), token, document],
         )
 
@@ -185,13 +288,21 @@ class RedisScripts:
         )
 
     @translate_errors
-    def promote(self, queue_name: str, batch_size: int) -> int:
+    def promote(self, queue_name: str, batch_size: int) -> tuple[int, float | None]:
+        """Promote due deferred tasks; return (how many, seconds until the next is due or None)."""
         k = self.keys
-        return self._run(
+        moved, wait = self._run(
             self._promote,
-            keys=[k.segment(queue_name, Segment.DEFERRED), k.segment(queue_name, Segment.READY), k.task_prefix()],
+            keys=[
+                k.segment(queue_name, Segment.DEFERRED),
+                k.segment(queue_name, Segment.READY),
+                k.task_prefix(),
+                k.wake(queue_name),
+            ],
             args=[batch_size],
         )
+        wait = float(wait)
+        return int(moved), None if wait < 0 else wait
 
     @translate_errors
     def claim_expired(self, queue_name: str, batch_size: int, claim_window_s: float, token_base: str) -> list:
@@ -200,6 +311,16 @@ class RedisScripts:
             self._claim_expired,
             keys=[k.segment(queue_name, Segment.RUNNING), k.task_prefix()],
             args=[batch_size, claim_window_s, token_base],
+        )
+
+    @translate_errors
+    def trim_finished(self, queue_name: str, result_ttl: float, limit: int) -> int:
+        """Drop up to `limit` ids from each finished segment of a queue finished over `result_ttl` ago."""
+        k = self.keys
+        return self._run(
+            self._trim_finished,
+            keys=[k.segment(queue_name, Segment.SUCCESSFUL), k.segment(queue_name, Segment.FAILED)],
+            args=[result_ttl, limit],
         )
 
     @translate_errors
@@ -212,9 +333,15 @@ class RedisScripts:
         )
 
     @translate_errors
-    def delete(self, task_ids: Sequence[str]) -> int:
+    def delete(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
+        """Delete those of the given tasks still in one segment of a queue; return the ids deleted."""
         k = self.keys
-        return self._run(self._delete, keys=[k.task_prefix(), k.result_prefix(), f"{k.prefix}:"], args=list(task_ids))
+        reply = self._run(
+            self._delete,
+            keys=[k.task_prefix(), k.result_prefix(), k.segment(queue_name, segment)],
+            args=[queue_name, segment.value, *task_ids],
+        )
+        return [task_id.decode() for task_id in reply]
 
     @translate_errors
     def peek(self, queue_name: str, segment: Segment, offset: int, count: int, newest_first: bool) -> list:
@@ -243,33 +370,129 @@ class RedisScripts:
             args=[offset, count, "1" if newest_first else "0", scan_limit, *needles],
         )
 
-    def _requeue_many_keys(self, queue_name: str, segment: Segment) -> list[str]:
+    @translate_errors
+    def requeue_many(
+        self,
+        queue_name: str,
+        segment: Segment,
+        entries: Sequence[tuple[str, str, str]],
+        needles: Sequence[str],
+        force: bool,
+        worker_timeout: float,
+    ) -> tuple[list[str], list[str]]:
+        """Requeue (task id, lease token, document) entries of one segment to ready; return (moved, refused)."""
         k = self.keys
-        return [
-            k.task_prefix(),
-            k.result_prefix(),
-            k.segment(queue_name, Segment.READY),
-            k.segment(queue_name, segment),
-        ]
-
-    @translate_errors
-    def requeue_many(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
-        """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""
+        args: list[Any] = [segment.value, "1" if force else "0", worker_timeout, len(needles), *needles]
+        for entry in entries:
+            args += entry
         reply = self._run(
             self._requeue_many,
-            keys=self._requeue_many_keys(queue_name, segment),
-            args=[segment.value, "ids", *task_ids],
+            keys=[
+                k.task_prefix(),
+                k.result_prefix(),
+                k.segment(queue_name, Segment.READY),
+                k.segment(queue_name, segment),
+                k.workers(),
+                k.wake(queue_name),
+            ],
+            args=args,
         )
-        return [task_id.decode() for task_id in reply[2:]]
+        ids = [task_id.decode() for task_id in reply[1:]]
+        return ids[: reply[0]], ids[reply[0] :]
 
     @translate_errors
-    def requeue_matching(
-        self, queue_name: str, segment: Segment, cursor: int, window: int, newest_first: bool, needles: Sequence[str]
-    ) -> tuple[list[str], int]:
-        """Requeue the matching tasks of one window of a segment; return (ids moved, next cursor or -1)."""
+    def live_leases(self, queue_name: str, task_ids: Sequence[str], worker_timeout: float) -> list[str]:
+        """Return those of the ids running under a live lease (deadline ahead, worker not timed out)."""
+        k = self.keys
         reply = self._run(
-            self._requeue_many,
-            keys=self._requeue_many_keys(queue_name, segment),
-            args=[segment.value, "scan", cursor, window, "1" if newest_first else "0", *needles],
+            self._live_leases,
+            keys=[k.segment(queue_name, Segment.RUNNING), k.task_prefix(), k.workers()],
+            args=[worker_timeout, *task_ids],
         )
-        return [task_id.decode() for task_id in reply[2:]], int(reply[1])
+        return [task_id.decode() for task_id in reply]
+
+    @translate_errors
+    def scan(
+        self, queue_name: str, segment: Segment, cursor: tuple[bytes, bytes], count: int, newest_first: bool
+    ) -> list[tuple[bytes, bytes]]:
+        """Return the next (id, score) entries of a segment after a (score, id) cursor; (b"", b"") starts."""
+        reply = self._run(
+            self._scan,
+            keys=[self.keys.segment(queue_name, segment)],
+            args=[cursor[0], cursor[1], count, "1" if newest_first else "0"],
+        )
+        return [(reply[i], reply[i + 1]) for i in range(0, len(reply), 2)]
+
+    @translate_errors
+    def heartbeat(self, worker: str, document: str, document_ttl_s: float, publish: bool) -> bytes:
+        """Record a worker's heartbeat (or, with an empty document, its goodbye); return the server's time."""
+        k = self.keys
+        return self._run(
+            self._heartbeat,
+            keys=[k.workers(), k.worker(worker)],
+            args=[worker, document, document_ttl_s, k.telemetry() if publish and document else ""],
+        )
+
+    @translate_errors
+    def claim_abandoned(
+        self,
+        queue_name: str,
+        worker_timeout_s: float,
+        forget_after_s: float,
+        batch_size: int,
+        scan_limit: int,
+        claim_window_s: float,
+        token_base: str,
+    ) -> list:
+        k = self.keys
+        return self._run(
+            self._claim_abandoned,
+            keys=[k.workers(), k.segment(queue_name, Segment.RUNNING), k.task_prefix()],
+            args=[worker_timeout_s, forget_after_s, batch_size, scan_limit, claim_window_s, token_base],
+        )
+
+    @translate_errors
+    def release(self, leases: Sequence[tuple[str, str, str]]) -> int:
+        """Hand (task id, queue, lease token) leases that never started back to ready; return how many."""
+        k = self.keys
+        keys = [k.task_prefix()]
+        args: list[str] = []
+        for task_id, queue_name, token in leases:
+            keys += [k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, Segment.READY), k.wake(queue_name)]
+            args += [task_id, token]
+        return self._run(self._release, keys=keys, args=args)
+
+    @translate_errors
+    def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str], scan_limit: int) -> int:
+        """Hand back leases taken by acquire calls (by token base) whose reply was lost; return how many."""
+        k = self.keys
+        keys = [k.task_prefix()]
+        for queue_name in queue_names:
+            keys += [k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, Segment.READY), k.wake(queue_name)]
+        return self._run(self._release_unanswered, keys=keys, args=[scan_limit, *token_bases])
+
+    @translate_errors
+    def wait_for_wake(self, wake_keys: Sequence[str], timeout_s: float, socket_timeout_s: float) -> bool:
+        """Block until a token arrives on one of `wake_keys` (BLPOP) or `timeout_s` passes; True when one came."""
+        connection = self._connection()
+        try:
+            connection.send_command("BLPOP", *wake_keys, timeout_s)
+            return connection.read_response(timeout=timeout_s + socket_timeout_s) is not None
+        except (redis.ConnectionError, redis.TimeoutError):
+            connection.disconnect()
+            raise
+
+    @translate_errors
+    def pause(self, queue_name: str, by: str) -> int:
+        return self._run(self._pause, keys=[self.keys.paused()], args=[queue_name, by])
+
+    @translate_errors
+    def resume(self, queue_name: str) -> int:
+        k = self.keys
+        return self._run(
+            self._resume, keys=[k.paused(), k.segment(queue_name, Segment.READY), k.wake(queue_name)], args=[queue_name]
+        )
+
+    @translate_errors
+    def take_control(self, workers: Sequence[str]) -> list:
+        return self._run(self._take_control, keys=[self.keys.control()], args=list(workers))

@@ -7,18 +7,20 @@ write is one Lua script.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.tasks import TaskResult
 from django.tasks.exceptions import TaskResultDoesNotExist
 
+from ..outcome import record_abandoned
 from . import codec
-from .base import UNREADABLE_PAYLOAD_ERRORS, Page, Segment, ThreadmillTaskResult, UnreadableTask
+from .base import UNREADABLE_PAYLOAD_ERRORS, Page, PausedQueue, Segment, ThreadmillTaskResult, UnreadableTask
 from .keys import PRIORITY_BAND, TASK_FIELDS
 from .scripts import translate_errors
 
@@ -31,9 +33,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("threadmill.backend")
 
+#: What an operator can ask of a worker process: stop fetching but stay alive, or stop.
+WORKER_COMMANDS = ("quiet", "stop")
 #: Segments listed newest first; the others are listed in the order they are taken.
 NEWEST_FIRST = frozenset({Segment.SUCCESSFUL, Segment.FAILED, Segment.UNREADABLE})
 _FINISHED = frozenset({Segment.SUCCESSFUL, Segment.FAILED})
+#: Times a requeue of running tasks reads them again when the fence refused them (leased again since).
+REQUEUE_ROUNDS = 3
+#: Times `delete(task_ids)` reads again where a task is, when it moved while being deleted.
+DELETE_ROUNDS = 3
 
 
 class RedisTooling:
@@ -63,10 +71,40 @@ class RedisTooling:
             removed += batch
         return removed
 
-    def delete(self, task_ids: Iterable[str]) -> int:
-        """Remove the given tasks, their data and results; return how many existed."""
+    def delete_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> list[str]:
+        """Delete those of the given tasks still in one segment of a queue, in one script; return their ids.
+
+        A task that moved elsewhere since the caller saw it is left alone.
+        """
+        segment = Segment.parse(segment)
         ids = list(task_ids)
-        return self.scripts.delete(ids) if ids else 0
+        return self.scripts.delete(queue_name, segment, ids) if ids else []
+
+    def delete(self, task_ids: Iterable[str]) -> int:
+        """Remove the given tasks wherever they are, with their data and results; return how many existed."""
+        pending, deleted = list(task_ids), 0
+        # Each task is deleted only from the segment it was just read in; one that moved in
+        # between is read again (a task can move only so often: a few rounds settle it).
+        for _ in range(DELETE_ROUNDS):
+            if not pending:
+                break
+            places: dict[tuple[str, Segment], list[str]] = {}
+            for task_id, (queue_name, segment) in zip(pending, self._places(pending), strict=True):
+                if queue_name is not None:
+                    places.setdefault((queue_name.decode(), Segment(segment.decode())), []).append(task_id)
+            gone: set[str] = set()
+            for (queue_name, segment), ids in places.items():
+                gone.update(self.scripts.delete(queue_name, segment, ids))
+            deleted += len(gone)
+            pending = [task_id for ids in places.values() for task_id in ids if task_id not in gone]
+        return deleted
+
+    @translate_errors
+    def _places(self, task_ids: Sequence[str]) -> list[list]:
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hmget(self.keys.task(task_id), ("queue", "segment"))
+        return pipe.execute()
 
     def peek(self, queue_name: str, *, segment: Segment | str, offset: int = 0, count: int = 50) -> Page:
         """Return one page of a segment in queue order, with the segment's total, in one round trip."""
@@ -105,6 +143,76 @@ class RedisTooling:
         return sorted(stored | set(self.queues))
 
     @translate_errors
+    def pause(self, queue_name: str, *, by: str = "") -> bool:
+        """Stop workers acquiring the queue's tasks (enqueues still land); False when it was paused already."""
+        return bool(self.scripts.pause(queue_name, by))
+
+    def resume(self, queue_name: str) -> bool:
+        """Let workers acquire the queue's tasks again; False when it was not paused."""
+        return bool(self.scripts.resume(queue_name))
+
+    @translate_errors
+    def paused_queues(self) -> dict[str, PausedQueue]:
+        """Return every paused queue with who paused it and since when."""
+        paused = {}
+        for name, raw in self.client.hgetall(self.keys.paused()).items():
+            document = json.loads(raw)
+            paused[name.decode()] = PausedQueue(str(document["by"]), datetime.fromtimestamp(document["since"], UTC))
+        return paused
+
+    @translate_errors
+    def worker_heartbeats(self) -> dict[str, float]:
+        """Return every worker process that sent a heartbeat and not its goodbye: name -> last heartbeat, epoch s."""
+        return {name.decode(): score for name, score in self.client.zrange(self.keys.workers(), 0, -1, withscores=True)}
+
+    @translate_errors
+    def send_control(self, workers: Sequence[str], command: str, *, by: str = "") -> None:
+        """Ask the supervisors of `workers` to make them quiet or stop; the command waits in Redis until taken."""
+        if command not in WORKER_COMMANDS:
+            raise ValueError(f"Unknown worker command {command!r}; expected one of {', '.join(WORKER_COMMANDS)}.")
+        if workers:
+            document = json.dumps({"command": command, "by": by, "at": time.time()})
+            self.client.hset(self.keys.control(), mapping=dict.fromkeys(workers, document))
+
+    @translate_errors
+    def pending_control(self) -> dict[str, dict[str, Any]]:
+        """Return the commands not yet taken by a supervisor: worker name -> {"command", "by", "at"}."""
+        return {name.decode(): json.loads(raw) for name, raw in self.client.hgetall(self.keys.control()).items()}
+
+    def take_control(self, workers: Sequence[str]) -> dict[str, str]:
+        """Take (and remove) the pending commands of `workers`: worker name -> "quiet" or "stop"."""
+        if not workers:
+            return {}
+        reply = self.scripts.take_control(workers)
+        return {reply[i].decode(): json.loads(reply[i + 1])["command"] for i in range(0, len(reply), 2)}
+
+    @translate_errors
+    def live_workers(self) -> list[dict[str, Any]]:
+        """Return the last heartbeat document of each live worker process, with `heartbeat_age_s` added.
+
+        Live means its heartbeat is at most `worker_timeout` old by the server's clock.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(self.keys.workers(), 0, -1, withscores=True)
+        (seconds, micros), entries = pipe.execute()
+        now = seconds + micros / 1e6
+        ages = {name.decode(): now - beat for name, beat in entries if now - beat <= self.options.worker_timeout}
+        if not ages:
+            return []
+        documents = self.client.mget([self.keys.worker(name) for name in ages])
+        return [
+            {**json.loads(raw), "worker": name, "heartbeat_age_s": round(age, 3)}
+            for (name, age), raw in zip(ages.items(), documents, strict=True)
+            if raw is not None
+        ]
+
+    @translate_errors
+    def worker_document(self, name: str) -> dict | None:
+        """Return a worker's last heartbeat document, or None once it expired or the worker said goodbye."""
+        raw = self.client.get(self.keys.worker(name))
+        return None if raw is None else json.loads(raw)
+
     def queue_stats(self) -> dict[str, dict[Segment, int]]:
         """Return, for every queue, the number of tasks in each segment."""
         names = self.queue_names()
@@ -185,27 +293,114 @@ class RedisTooling:
             ]
         return Page(items, int(reply[0])), complete
 
-    def requeue_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> list[str]:
-        """Requeue the given tasks of one segment to ready in one script; return the ids that moved."""
-        segment = Segment.parse(segment)
-        ids = list(task_ids)
-        return self.scripts.requeue_many(queue_name, segment, ids) if ids else []
+    def requeue_many(
+        self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str], force: bool = False
+    ) -> list[str]:
+        """Requeue the given tasks of one segment to ready in one script; return the ids that moved.
 
-    def requeue_matching(self, queue_name: str, *, segment: Segment | str, needles: Sequence[str] = ()) -> list[str]:
-        """Requeue every task of a segment whose document contains every needle, one window per script call.
-
-        Returns the ids that moved. Each task moves atomically; a crash between windows
-        leaves the rest where they were.
+        A running task's abandoned attempt is recorded (its worker id kept, an
+        `AttemptAbandoned` error added). Without `force` a running task moves only when its
+        lease is overdue or its worker's heartbeat is older than `worker_timeout`, checked in
+        the same script as the move; `live_leases` tells which would be skipped.
         """
         segment = Segment.parse(segment)
+        ids = list(task_ids)
+        return self._requeue_batch(queue_name, segment, ids, (), force, "requeue_many") if ids else []
+
+    def requeue_matching(
+        self, queue_name: str, *, segment: Segment | str, needles: Sequence[str] = (), force: bool = False
+    ) -> list[str]:
+        """Requeue every task of a segment whose document contains every needle, one window per script call.
+
+        Returns the ids that moved. The walk keeps a (score, id) cursor, so tasks leaving or
+        joining the segment meanwhile never make it skip one that stays. Each task moves
+        atomically; a crash between windows leaves the rest where they were. Running tasks
+        follow `requeue_many`'s rules, `force` included.
+        """
+        segment = Segment.parse(segment)
+        window, newest_first = self.options.batch_size, segment in NEWEST_FIRST
         moved: list[str] = []
-        cursor = 0
-        while cursor >= 0:
-            ids, cursor = self.scripts.requeue_matching(
-                queue_name, segment, cursor, self.options.batch_size, segment in NEWEST_FIRST, needles
-            )
-            moved += ids
+        cursor = (b"", b"")
+        while entries := self.scripts.scan(queue_name, segment, cursor, window, newest_first):
+            ids = [task_id.decode() for task_id, _ in entries]
+            moved += self._requeue_batch(queue_name, segment, ids, needles, force, "requeue_matching")
+            if len(entries) < window:
+                break
+            cursor = (entries[-1][1], entries[-1][0])
         return moved
+
+    def live_leases(self, queue_name: str, task_ids: Iterable[str]) -> list[str]:
+        """Return those of the given tasks running under a live lease: the ones requeue_many skips without force."""
+        ids = list(task_ids)
+        return self.scripts.live_leases(queue_name, ids, self.options.worker_timeout) if ids else []
+
+    def _requeue_batch(
+        self, queue_name: str, segment: Segment, ids: list[str], needles: Sequence[str], force: bool, by: str
+    ) -> list[str]:
+        timeout = self.options.worker_timeout
+        if segment is not Segment.RUNNING:
+            entries = [(task_id, "", "") for task_id in ids]
+            return self.scripts.requeue_many(queue_name, segment, entries, needles, force, timeout)[0]
+        by = f"{by} (forced)" if force else f"{by} (its lease overdue or its worker silent)"
+        moved: list[str] = []
+        # The fence refuses a task leased again since it was read; read it again, a few times.
+        for _ in range(REQUEUE_ROUNDS):
+            entries = self._abandoned_entries(queue_name, ids, needles, by)
+            if not entries:
+                break
+            done, ids = self.scripts.requeue_many(queue_name, segment, entries, needles, force, timeout)
+            moved += done
+            if not ids:
+                break
+        return moved
+
+    def _abandoned_entries(
+        self, queue_name: str, task_ids: Sequence[str], needles: Sequence[str], by: str
+    ) -> list[tuple[str, str, str]]:
+        """Read running tasks and return (id, lease token, document with the abandoned attempt) for each."""
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
+        encoded = [needle.encode() for needle in needles]
+        entries = []
+        for task_id, fields in zip(task_ids, translate_errors(pipe.execute)(), strict=True):
+            if fields[2] == b"running" and all(needle in fields[0] for needle in encoded):
+                entries.append(
+                    (task_id, codec.text(fields[6]), self.abandoned_document(task_id, queue_name, fields, by))
+                )
+        return entries
+
+    def abandoned_document(self, task_id: str, queue_name: str, fields: Sequence[bytes | None], by: str) -> str:
+        """Return a running task's document with its attempt recorded as abandoned by `by`; "" if unreadable.
+
+        `fields` are the task hash's TASK_FIELDS. An unreadable payload is kept as it is
+        (the caller sends "") and the abandoned attempt is only logged.
+        """
+        data, _, _, started_at, worker, lease_started, token, _ = fields
+        worker_name = codec.text(worker)
+        try:
+            result = codec.decode(
+                data,
+                Segment.RUNNING,
+                started_at=started_at,
+                lease_worker=worker_name,
+                lease_started_at=codec.moment(lease_started),
+                lease_token=codec.text(token),
+            )
+        except UNREADABLE_PAYLOAD_ERRORS as e:
+            logger.warning(
+                "Task %s on queue %s was requeued while worker %s ran it, by %s; its payload is unreadable "
+                "(%s: %s), so the abandoned attempt is not recorded in it.",
+                task_id, queue_name, worker_name, by, type(e).__name__, e,
+            )  # fmt: skip
+            return ""
+        leased_at = "an unknown time" if result.lease_started_at is None else result.lease_started_at.isoformat()
+        record_abandoned(
+            result,
+            f"The attempt of worker {worker_name}, leased at {leased_at}, was abandoned: "
+            f"the task was requeued while it ran, by {by}.",
+        )
+        return codec.encode_result(result)
 
     @translate_errors
     def in_segment(self, queue_name: str, segment: Segment | str, task_ids: Sequence[str]) -> list[str]:

@@ -3,7 +3,8 @@
 Starts the embedded Valkey (unless REDIS_URL is set), migrates the database, creates the
 first staff login, enqueues a demo workload, then runs the worker pool and the ASGI server
 (daphne) as child processes and prints the console's URL. Ctrl-C or SIGTERM stops the
-server, lets the workers finish their tasks, then stops Valkey.
+server, stops the pool within its shutdown timeout, then stops Valkey. Every child dies
+with the run: if the run is killed with SIGKILL, the kernel sends each child SIGTERM.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ..embedded import DEFAULT_EMBEDDED_PORT, EmbeddedValkey, redis_url_from_environment
 from ..exceptions import EmbeddedServerError
+from ..lifeline import die_with_parent
+from ..worker.config import DEFAULT_SHUTDOWN_TIMEOUT_S
 
 HELP = "Run the console, a worker pool and (unless REDIS_URL is set) an embedded Valkey, with a demo workload."
 
 #: Seconds the ASGI server may take to listen before the run gives up.
 SERVER_START_TIMEOUT_S = 30.0
-#: Seconds the children may take to finish their tasks on shutdown before a second signal.
-GRACEFUL_STOP_TIMEOUT_S = 10.0
+#: Seconds past the pool's shutdown timeout the children get to exit before a second signal.
+GRACEFUL_STOP_MARGIN_S = 5.0
 #: Seconds after the second signal before a child's whole process group is killed.
 HARD_STOP_TIMEOUT_S = 5.0
 
@@ -43,6 +46,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="Port the console listens on (default: 8000).")
     parser.add_argument("-w", "--workers", type=int, default=1, help="Worker processes (default: 1).")
     parser.add_argument("-t", "--threads", type=int, default=4, help="Threads per worker process (default: 4).")
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+        help=f"Seconds running tasks may take to finish when the run stops (default: {DEFAULT_SHUTDOWN_TIMEOUT_S:g}).",
+    )
+    parser.add_argument(
+        "--valkey-port",
+        type=int,
+        default=DEFAULT_EMBEDDED_PORT,
+        help=f"Port of the embedded Valkey when REDIS_URL is unset (default: {DEFAULT_EMBEDDED_PORT}).",
+    )
+    parser.add_argument(
+        "--valkey-dir",
+        type=Path,
+        default=None,
+        help="Data directory of the embedded Valkey (default: var/valkey beside the site).",
+    )
     parser.add_argument("--no-demo", action="store_true", help="Do not enqueue the demo workload.")
     parser.add_argument("--no-worker", action="store_true", help="Do not start a worker pool (run one yourself).")
 
@@ -52,7 +73,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    valkey = _start_valkey(command)
+    valkey = _start_valkey(command, options)
     children: list[tuple[str, subprocess.Popen]] = []
     try:
         _prepare(command, options)
@@ -70,19 +91,19 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         )
         return _wait(command, stop, children)
     finally:
-        _stop_children(command, children)
+        _stop_children(command, children, options["shutdown_timeout"] + GRACEFUL_STOP_MARGIN_S)
         if valkey is not None:
             valkey.stop()
             command.stdout.write("Embedded Valkey stopped.")
 
 
-def _start_valkey(command: BaseCommand) -> EmbeddedValkey | None:
+def _start_valkey(command: BaseCommand, options: dict[str, Any]) -> EmbeddedValkey | None:
     if redis_url_from_environment():
         command.stdout.write(f"Using the Redis server at REDIS_URL ({os.environ['REDIS_URL']}).")
         return None
-    data_dir = Path(getattr(settings, "BASE_DIR", Path.cwd())) / "var" / "valkey"
+    data_dir = options["valkey_dir"] or Path(getattr(settings, "BASE_DIR", Path.cwd())) / "var" / "valkey"
     try:
-        valkey = EmbeddedValkey(data_dir, DEFAULT_EMBEDDED_PORT).start()
+        valkey = EmbeddedValkey(data_dir, options["valkey_port"], stop_with_parent=True).start()
     except EmbeddedServerError as e:
         raise CommandError(str(e)) from None
     command.stdout.write(f"Embedded Valkey listening on {valkey.url} (data in {data_dir}).")
@@ -123,17 +144,26 @@ def _manage(*args: str) -> list[str]:
 
 def _start_worker(options: dict[str, Any], env: dict[str, str]) -> subprocess.Popen:
     args = _manage(
-        "threadmill", "worker", "-w", str(options["workers"]), "-t", str(options["threads"]), "--log-format", "text"
+        "threadmill",
+        "worker",
+        "-w",
+        str(options["workers"]),
+        "-t",
+        str(options["threads"]),
+        "--shutdown-timeout",
+        str(options["shutdown_timeout"]),
+        "--log-format",
+        "text",
     )
     # A session of its own: a terminal's Ctrl-C reaches only this process, which then asks
     # the pool to stop once (a second signal would make the workers drop their tasks).
-    return subprocess.Popen(args, env=env, start_new_session=True)
+    return subprocess.Popen(args, env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))  # noqa: PLW1509 - only prctl
 
 
 def _start_server(options: dict[str, Any], env: dict[str, str]) -> subprocess.Popen:
     module, _, attribute = settings.ASGI_APPLICATION.rpartition(".")
     args = [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"]), f"{module}:{attribute}"]
-    return subprocess.Popen(args, env=env, start_new_session=True)
+    return subprocess.Popen(args, env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))  # noqa: PLW1509 - only prctl
 
 
 def _wait_until_listening(host: str, port: int, server: subprocess.Popen) -> None:
@@ -159,18 +189,18 @@ def _wait(command: BaseCommand, stop: threading.Event, children: list[tuple[str,
     return 0
 
 
-def _stop_children(command: BaseCommand, children: list[tuple[str, subprocess.Popen]]) -> None:
-    _signal_children(command, children)
+def _stop_children(command: BaseCommand, children: list[tuple[str, subprocess.Popen]], graceful_s: float) -> None:
+    _signal_children(command, children, graceful_s)
     for _, child in children:
         # Each child leads a session of its own: nothing of it may outlive the run.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
 
 
-def _signal_children(command: BaseCommand, children: list[tuple[str, subprocess.Popen]]) -> None:
-    """SIGTERM each child; SIGINT to those still busy (a second Ctrl-C: the pool leaves leases to the reaper); then kill."""
+def _signal_children(command: BaseCommand, children: list[tuple[str, subprocess.Popen]], graceful_s: float) -> None:
+    """SIGTERM each child; SIGINT to those still busy (the pool leaves its leases to the broker); then kill."""
     for signum, timeout in (
-        (signal.SIGTERM, GRACEFUL_STOP_TIMEOUT_S),
+        (signal.SIGTERM, graceful_s),
         (signal.SIGINT, HARD_STOP_TIMEOUT_S),
         (None, None),
     ):

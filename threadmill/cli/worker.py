@@ -11,13 +11,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 
-from ..exceptions import BackendConnectionError
 from ..logs import LOG_FORMATS, configure
-from ..worker.config import DEFAULT_PREFETCH_PER_THREAD, WorkerConfig, default_process_count
+from ..worker.config import (
+    DEFAULT_PREFETCH_PER_THREAD,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    WorkerConfig,
+    default_process_count,
+)
 from ..worker.supervisor import Supervisor
+from .common import add_backend_argument, known_queues, threadmill_backend
 
 HELP = "Run a pool of worker processes that run the tasks of one backend's queues."
 
@@ -35,6 +38,16 @@ def _whole_number(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds of at least 0, not {text!r}")
+    return value
+
+
 def _queue_list(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",")]
     if not all(names):
@@ -43,13 +56,7 @@ def _queue_list(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-b",
-        "--backend",
-        default="default",
-        metavar="ALIAS",
-        help="Alias of the task backend in TASKS (default: default).",
-    )
+    add_backend_argument(parser)
     parser.add_argument(
         "-q",
         "--queues",
@@ -103,6 +110,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Exit 0 once no ready task is left on the queues and every process is idle.",
     )
     parser.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+        help="On SIGTERM, how long running tasks may take to finish before they are handed back to ready and "
+        f"the pool exits (default: {DEFAULT_SHUTDOWN_TIMEOUT_S:g}). Buffered tasks are handed back at once.",
+    )
+    parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default="json",
@@ -122,16 +137,17 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     """Validate the options against the backend, then run the pool; return its exit code."""
     if options["max_tasks_jitter"] and options["max_tasks"] is None:
         raise CommandError("--max-tasks-jitter needs --max-tasks.")
-    backend = _backend(options["backend"])
+    backend = threadmill_backend(options["backend"])
     config = WorkerConfig(
         backend=options["backend"],
-        queues=tuple(_queues(backend, options["queues"])),
+        queues=tuple(known_queues(backend, options["queues"])),
         processes=options["workers"],
         threads=options["threads"],
         prefetch_count=options["prefetch_count"],
         max_tasks=options["max_tasks"],
         max_tasks_jitter=options["max_tasks_jitter"],
         exit_empty=options["exit_empty"],
+        shutdown_timeout=options["shutdown_timeout"],
         log_format=options["log_format"],
         verbosity=options["verbosity"],
     )
@@ -151,29 +167,3 @@ def _exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _backend(alias: str):
-    try:
-        backend = task_backends[alias]
-    except InvalidTaskBackend:
-        raise CommandError(
-            f"Unknown task backend {alias!r}; TASKS defines {', '.join(sorted(task_backends.settings))}."
-        ) from None
-    if not hasattr(backend, "acquire"):
-        raise CommandError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")
-    try:
-        backend.ping()
-    except BackendConnectionError as e:
-        raise CommandError(str(e)) from None
-    return backend
-
-
-def _queues(backend, requested: list[str] | None) -> list[str]:
-    known = backend.queue_names()
-    if not requested:
-        return known
-    unknown = [name for name in dict.fromkeys(requested) if name not in known]
-    if unknown:
-        raise CommandError(f"Unknown queue(s) {', '.join(unknown)}; backend {backend.alias!r} has {', '.join(known)}.")
-    return list(dict.fromkeys(requested))

@@ -1,8 +1,10 @@
-"""The entry point of a worker process forked by the supervisor: signals, telemetry, exit code.
+"""The entry point of a worker process forked by the supervisor: signals, heartbeat, exit code.
 
-The first SIGTERM or SIGINT stops fetching; buffered and running tasks finish and are
-acknowledged, then the process exits 0. A SIGINT after either (Ctrl-C twice) exits at once and
-leaves the leases to the reaper. A process whose supervisor died stops the same graceful way.
+The first SIGTERM or SIGINT stops the process the bounded way (`WorkerProcess.stop`): buffered
+tasks go back to ready at once, running ones may finish until `--shutdown-timeout`, then they
+are handed back too and the process exits 0. A second SIGTERM or SIGINT exits at once and
+leaves the leases to the broker, which recovers them once the heartbeat is `worker_timeout`
+old. A process whose supervisor died stops the same bounded way.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 
 from django.tasks import task_backends
@@ -26,8 +29,10 @@ logger = logging.getLogger("threadmill.worker")
 PARENT_CHECK_INTERVAL_S = 1.0
 
 
-#: The signals that stop a worker process; the supervisor blocks them while it forks.
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+#: The signal that makes a worker process quiet (the supervisor sends it on an operator's "quiet").
+QUIET_SIGNAL = signal.SIGUSR1
+#: The signals a worker process handles; the supervisor blocks them while it forks, so none is lost.
+HANDLED_SIGNALS = {signal.SIGTERM, signal.SIGINT, QUIET_SIGNAL}
 
 
 def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
@@ -37,10 +42,13 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
     them once its own handlers replace the supervisor's, so a signal is never lost.
     """
     signal.set_wakeup_fd(-1)
+    # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes one
+    # stop on, so a single Ctrl-C is never taken for the second one that means "now".
+    os.setpgid(0, 0)
     backend = task_backends.create_connection(config.backend)
     process = WorkerProcess(backend, config, default_worker_name())
     _install_signal_handlers(process)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
     telemetry = TelemetryPublisher(process)
     started = time.process_time(), time.monotonic()
     process.start()
@@ -49,10 +57,10 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
         "Worker process %s started: %d threads, buffer of %d tasks.", process.name, config.threads, process.size
     )
     while not process.finished.wait(PARENT_CHECK_INTERVAL_S):
-        if os.getppid() != supervisor_pid:
+        if os.getppid() != supervisor_pid and process.stop():
             logger.warning("The supervisor of worker process %s is gone; stopping.", process.name)
-            process.stop()
-    telemetry.publish("stopped")
+            _wake(process)
+    telemetry.goodbye()
     cpu, wall = time.process_time() - started[0], time.monotonic() - started[1]
     logger.info(
         "Worker process %s exits with code %d after %d tasks in %.3f s, %.3f s of CPU.",
@@ -62,21 +70,45 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
         wall,
         cpu,
     )
+    if process.consumers_alive:
+        # A consumer may still run a task handed back at the shutdown timeout: an
+        # interpreter shutdown would wait for them or crash in them.
+        logging.shutdown()
+        os._exit(process.exit_code)
     sys.exit(process.exit_code)
 
 
 def _install_signal_handlers(process: WorkerProcess) -> None:
-    received = []
-
     def stop(signum: int, frame) -> None:
-        # SIGINT after any earlier stop signal (Ctrl-C twice, or the supervisor's
-        # SIGTERM then SIGINT) means now.
-        if signum == signal.SIGINT and received:
+        if not process.stop():
+            # A second stop signal (Ctrl-C twice, or SIGTERM then SIGTERM or SIGINT) means now.
             os._exit(EXIT_INTERRUPTED)
-        received.append(signum)
-        if process.fetching:
-            logger.info("Worker process %s stopping: finishing its running and buffered tasks.", process.name)
-        process.stop()
+        _wake(process)
+        logger.info(
+            "Worker process %s stopping: buffered tasks go back to ready, running ones have %g s to finish.",
+            process.name,
+            process.config.shutdown_timeout,
+        )
+
+    def quiet(signum: int, frame) -> None:
+        if process.quiet():
+            logger.info(
+                "Worker process %s is quiet: it fetches no more tasks and finishes what it holds.", process.name
+            )
+            _wake(process)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(QUIET_SIGNAL, quiet)
+
+
+def _wake(process: WorkerProcess) -> None:
+    """Wake the fetcher if it blocks waiting for tasks, from a thread: a signal handler must not block."""
+
+    def wake() -> None:
+        try:
+            process.backend.wake_worker(process.name)
+        except Exception as e:  # noqa: BLE001 - without it the stop only waits for the idle timeout
+            logger.warning("Could not wake worker process %s to stop: %s", process.name, e)
+
+    threading.Thread(target=wake, name="wake", daemon=True).start()

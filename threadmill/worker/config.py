@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 #: Prefetched tasks per consumer thread when `--prefetch-count` is not given.
 DEFAULT_PREFETCH_PER_THREAD = 4
+#: Default seconds running tasks may take to finish after SIGTERM (below Kubernetes' 30 s grace period).
+DEFAULT_SHUTDOWN_TIMEOUT_S = 25.0
 #: Exit code of a worker process that stopped because it ran its `--max-tasks`.
 EXIT_RECYCLED = 3
 #: Exit code of a worker process that failed (a fetch failure, all consumers gone).
@@ -32,6 +34,7 @@ class WorkerConfig:
     max_tasks: int | None = None
     max_tasks_jitter: int = 0
     exit_empty: bool = False
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     log_format: str = "json"
     verbosity: int = 1
 

@@ -1,29 +1,59 @@
 """One worker process: a fetcher thread, consumer threads and the bounded buffer between them.
 
-The fetcher is the only thread that talks to the broker. Once half the buffer is free it
-leases as many tasks as there are free slots, in one acquire. It acknowledges finished
-tasks in one acknowledge_many call, apart from fetching: once `ACK_BATCH` are waiting,
+The **fetcher** is the only thread that talks to the server about tasks. Once half the buffer
+is free it leases as many tasks as there are free slots, in one acquire. It acknowledges
+finished tasks in one acknowledge_many call, apart from fetching: once `ACK_BATCH` are waiting,
 `ACK_DELAY_S` after the first of them finished, or at once when the consumers have nothing
-left to run. Consumers take tasks in lease order and never touch the broker, so a fast
-task costs a fraction of a round trip.
+left to run. **Consumers** take tasks in lease order and never touch the server, so a fast
+task costs a fraction of a round trip. A consumer never starts a task whose lease may have
+run out while it waited in the buffer (by this process's monotonic clock): that task is
+handed back instead. The heartbeat is sent by the telemetry thread.
 
-Invariants: the fetcher never leases past the `--max-tasks` budget, so every leased task
-runs; every finished task is acknowledged or requeued before the process exits, unless
-the process is killed or stopped at once (the reaper then recovers the leases).
+The process moves through these phases (`Phase`); `_enter` is the only place that changes it:
+
+- FETCHING -> DRAINING: the `--max-tasks` budget is spent, or `--exit-empty` found nothing ready.
+  Everything buffered still runs.
+- FETCHING -> QUIET: `quiet()` (an operator's "quiet"). Nothing more is fetched; what is buffered
+  and running finishes and is acknowledged; the process stays alive until it is stopped.
+- FETCHING, QUIET or DRAINING -> STOPPING: `stop()` (SIGTERM, or the supervisor is gone). Buffered
+  tasks are handed back to ready at once, with no attempt recorded; running tasks may finish
+  until the shutdown deadline.
+- DRAINING or STOPPING -> STOPPED: nothing is buffered, running or waiting to be acknowledged.
+- STOPPING -> STOPPED at the shutdown deadline: tasks still running are handed back as
+  interrupted attempts (`AttemptAbandoned`), and the process exits without them.
+- any -> STOPPED: every consumer thread died, or the fetcher met an error it cannot ride out.
+
+An idle process (nothing ready, nothing held) does not poll: it blocks on its queues' wake
+lists, which every script that makes a task ready pushes one token onto (one token wakes one
+worker; a full acquire passes it on), and on its own wake list, which a stop signal pushes.
+
+Riding out the server: a call that cannot reach it (`ServerUnreachable`) keeps everything in
+memory (buffered tasks still run, outcomes wait) and the fetcher tries again after a pause that
+doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`. Acknowledgements are fenced by
+lease token, so one that arrives after the broker took the task back is refused. The leases
+an acquire took whose reply was lost are handed back once the server answers again.
+
+Invariant: the fetcher never leases past the `--max-tasks` budget, so every leased task runs
+or is handed back.
 """
 
 from __future__ import annotations
 
+import copy
+import enum
 import logging
+import os
 import random
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..backends.base import ThreadmillTaskResult
-from ..outcome import error_of, mark_failed
+from ..exceptions import ServerUnreachable
+from ..outcome import error_of, mark_failed, record_abandoned
 from .config import EXIT_FAILED, EXIT_RECYCLED, WorkerConfig
 from .executor import Executor, Outcome
 
@@ -38,6 +68,43 @@ ACK_DELAY_S = 0.02
 #: is decoupled from fetching: one call costs about as much CPU as three echo tasks, and
 #: batching it at 100 instead of at each 4-task fetch saved a third of the CPU per task.
 ACK_BATCH = 100
+#: First pause before calling an unreachable server again, seconds.
+RECONNECT_PAUSE_S = 0.05
+#: Longest such pause, seconds: short, so a drain resumes within seconds of the server's return.
+RECONNECT_MAX_PAUSE_S = 2.0
+#: Longest an idle process blocks on its queues' wake lists before it looks again, seconds.
+#: An enqueue wakes it at once; the timeout only bounds what a lost token could cost.
+IDLE_WAIT_S = 5.0
+
+
+class Phase(enum.Enum):
+    """Where a worker process is in its life; see the module docstring for the transitions."""
+
+    FETCHING = "fetching"
+    QUIET = "quiet"
+    DRAINING = "draining"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@dataclass(slots=True)
+class Buffered:
+    """A leased task waiting for a consumer, and the monotonic time its lease may have run out by."""
+
+    result: ThreadmillTaskResult
+    expires: float
+
+
+@dataclass(slots=True)
+class Work:
+    """What the fetcher does in one turn, taken from the shared state under the lock."""
+
+    release: list[ThreadmillTaskResult] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    interrupted: list[ThreadmillTaskResult] = field(default_factory=list)
+    lease: int = 0
+    wait_for_wake: bool = False
+    last: bool = False
 
 
 class WorkerProcess:
@@ -59,23 +126,31 @@ class WorkerProcess:
         self.budget = (
             None if config.max_tasks is None else config.max_tasks + random.randint(0, config.max_tasks_jitter)
         )
-        self.buffer: deque[ThreadmillTaskResult] = deque()
+        self.phase = Phase.FETCHING
+        self.buffer: deque[Buffered] = deque()
+        self.running: dict[str, ThreadmillTaskResult] = {}
         self.outcomes: list[Outcome] = []
-        self.busy = 0
+        self.unstarted: list[ThreadmillTaskResult] = []
         self.done = 0
         self.consumers_alive = 0
-        self.fetching = True
         self.recycled = False
         self.failed = False
+        #: Set when the last turn could not reach the server: the broker recovers what it held.
+        self.left_leases = False
         self.finished = threading.Event()
-        self._acquiring = False
+        self._shutdown_at = float("inf")
         self._outcomes_since = 0.0
         self._next_fetch_at = 0.0
-        self._pause = backend.options.poll_interval
+        self._poll_pause = backend.options.poll_interval
+        self._offline_until = 0.0
+        self._offline_since: float | None = None
+        self._reconnect_pause = RECONNECT_PAUSE_S
+        self._unanswered: list[str] = []
+        #: Set when an acquire found nothing and nothing is held: block on the wake lists next.
+        self._idle = False
         self._lock = threading.Lock()
         self._has_tasks = threading.Condition(self._lock)
         self._has_work = threading.Condition(self._lock)
-        self._threads: list[threading.Thread] = []
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -83,165 +158,284 @@ class WorkerProcess:
         """Start the consumer threads and the fetcher thread."""
         sender = type(self.backend)
         self.consumers_alive = self.config.threads
-        for index in range(1, self.config.threads + 1):
-            thread = threading.Thread(
-                target=self._consume, args=(Executor(sender),), name=f"consumer-{index}", daemon=True
-            )
-            self._threads.append(thread)
-        self._threads.append(threading.Thread(target=self._fetch, name="fetcher", daemon=True))
-        for thread in self._threads:
+        threads = [
+            threading.Thread(target=self._consume, args=(Executor(sender),), name=f"consumer-{i}", daemon=True)
+            for i in range(1, self.config.threads + 1)
+        ]
+        threads.append(threading.Thread(target=self._fetch, name="fetcher", daemon=True))
+        for thread in threads:
             thread.start()
 
-    def stop(self) -> None:
-        """Stop fetching; the buffered and running tasks still finish and are acknowledged."""
+    def stop(self) -> bool:
+        """Stop: hand buffered tasks back, let running ones finish until the shutdown timeout.
+
+        Returns False when the process was already stopping (a second stop signal).
+        """
         with self._lock:
-            self.fetching = False
-            self._has_work.notify()
-            self._has_tasks.notify_all()
+            if self.phase in (Phase.STOPPING, Phase.STOPPED):
+                return False
+            self._shutdown_at = time.monotonic() + self.config.shutdown_timeout
+            self._enter(Phase.STOPPING)
+            return True
+
+    def quiet(self) -> bool:
+        """Stop fetching for good but keep running what is held, and stay alive; False unless it was fetching."""
+        with self._lock:
+            if self.phase is not Phase.FETCHING:
+                return False
+            self._enter(Phase.QUIET)
+            return True
+
+    @property
+    def busy(self) -> int:
+        """Consumer threads running a task now."""
+        return len(self.running)
+
+    @property
+    def holds_leases(self) -> bool:
+        """Whether any task leased by this process is not yet acknowledged or handed back."""
+        return self.left_leases or bool(self.buffer or self.running or self.outcomes or self.unstarted)
 
     @property
     def exit_code(self) -> int:
         """The process's exit code once `finished` is set."""
         return EXIT_FAILED if self.failed else EXIT_RECYCLED if self.recycled else 0
 
-    @property
-    def _closed(self) -> bool:
-        return not self.fetching and not self._acquiring
+    def _enter(self, phase: Phase) -> None:
+        """Move to `phase` (the lock held); the one place the phase changes."""
+        if phase is Phase.STOPPING and self.buffer:
+            self.unstarted.extend(entry.result for entry in self.buffer)
+            self.buffer.clear()
+        self.phase = phase
+        self._has_work.notify()
+        self._has_tasks.notify_all()
 
     # -- the fetcher ------------------------------------------------------------------
 
     def _fetch(self) -> None:
         try:
-            while (job := self._next_job()) is not None:
-                outcomes, count = job
-                if outcomes and not self._settle(outcomes):
-                    return
-                if count:
-                    self._lease(count)
+            while (work := self._next_work()) is not None:
+                done = self._carry_out(work)
+                if work.last:
+                    self.left_leases = not done
+                    break
         except Exception:
-            logger.exception("The fetcher thread failed; this worker process stops.")
-            self.failed = True
+            logger.exception(
+                "A call to the server failed on queues %s; this worker process stops.", ", ".join(self.config.queues)
+            )
+            self.failed = self.left_leases = True
         finally:
-            self._abandon()
+            with self._lock:
+                if self.buffer:
+                    logger.warning("%d leased tasks were not run; the broker will recover them.", len(self.buffer))
+                    self.buffer.clear()
+                self._enter(Phase.STOPPED)
             self.finished.set()
 
-    def _next_job(self) -> tuple[list[Outcome], int] | None:
-        """Wait until there is something to acknowledge or fetch; None once everything is settled."""
+    def _next_work(self) -> Work | None:
+        """Wait until there is something to do and take it from the shared state; None once settled."""
         with self._lock:
             while True:
                 now = time.monotonic()
-                count = self._wanted(now) if self.consumers_alive else 0
-                idle = not self.busy and not self.buffer
-                outcomes = self.outcomes
-                if outcomes and (
-                    (idle and not count) or len(outcomes) >= self.ack_batch or now - self._outcomes_since >= ACK_DELAY_S
-                ):
-                    self.outcomes = []
-                    return outcomes, count
-                if count:
-                    return [], count
-                if idle and self._closed:
+                if now >= self._shutdown_at:
+                    return self._take_last_work()
+                if now >= self._offline_until:
+                    work = self._due_work(now)
+                    if work is not None:
+                        return work
+                if self._settled():
                     return None
                 if not self.consumers_alive:
-                    self._consumers_gone()
-                    return None
+                    logger.error("Every consumer thread of this worker process died; it stops and is replaced.")
+                    self.failed = True
+                    self._shutdown_at = now
+                    self._enter(Phase.STOPPING)
+                    continue
                 self._has_work.wait(self._wait_time(now))
 
-    def _wanted(self, now: float) -> int:
-        if not self.fetching or now < self._next_fetch_at:
+    def _due_work(self, now: float) -> Work | None:
+        """Take what is due now (the lock held): hand-backs, acknowledgements and a fetch."""
+        work = Work()
+        if self.unstarted:
+            work.release, self.unstarted = self.unstarted, []
+        work.lease = self._fetch_size(now)
+        if self.outcomes and self._acknowledgement_due(now, work.lease):
+            work.outcomes, self.outcomes = self.outcomes, []
+        if work.lease and self.budget is not None:
+            self.budget -= work.lease
+        if work.release or work.outcomes or work.lease or self._unanswered:
+            return work
+        if self._idle and self.phase is Phase.FETCHING:
+            # The fetch after the wait comes at once, whether a token or the timeout ended it.
+            self._idle, self._next_fetch_at = False, 0.0
+            work.wait_for_wake = True
+            return work
+        return None
+
+    def _take_last_work(self) -> Work:
+        """At the shutdown deadline, take everything still held (the lock held): the last turn."""
+        work = Work(release=self.unstarted, outcomes=self.outcomes, interrupted=list(self.running.values()), last=True)
+        self.unstarted, self.outcomes = [], []
+        self.running.clear()
+        return work
+
+    def _acknowledgement_due(self, now: float, fetching: int) -> bool:
+        # An idle process acknowledges at once unless it is about to fetch: the acknowledgement
+        # then waits for a full batch or its delay, so a drain makes few calls.
+        idle = not self.running and not self.buffer
+        return (
+            (idle and not fetching)
+            or self.phase is not Phase.FETCHING
+            or len(self.outcomes) >= self.ack_batch
+            or now - self._outcomes_since >= ACK_DELAY_S
+        )
+
+    def _fetch_size(self, now: float) -> int:
+        """How many tasks to lease now: 0 unless fetching, due, and half the buffer is free."""
+        if self.phase is not Phase.FETCHING or now < self._next_fetch_at or not self.consumers_alive:
             return 0
         free = self.size - len(self.buffer)
         if free < self.refill_at:
             return 0
-        count = free if self.budget is None else min(free, self.budget)
-        self._acquiring = count > 0
-        return count
+        return free if self.budget is None else min(free, self.budget)
+
+    def _settled(self) -> bool:
+        """Whether a draining or stopping process has nothing left to run, acknowledge or hand back."""
+        return self.phase in (Phase.DRAINING, Phase.STOPPING) and not self.holds_leases and not self._unanswered
 
     def _wait_time(self, now: float) -> float | None:
-        if self.outcomes:
-            return max(0.0, self._outcomes_since + ACK_DELAY_S - now)
-        if self.busy or self.buffer:
-            return ACK_DELAY_S
-        if self.fetching:
-            return max(0.0, self._next_fetch_at - now)
-        return None
+        deadlines = [self._shutdown_at]
+        if now < self._offline_until:
+            deadlines.append(self._offline_until)
+        elif self.outcomes:
+            deadlines.append(self._outcomes_since + ACK_DELAY_S)
+        elif self.running or self.buffer:
+            deadlines.append(now + ACK_DELAY_S)
+        elif self.phase is Phase.FETCHING:
+            deadlines.append(self._next_fetch_at)
+        deadline = min(deadlines)
+        return None if deadline == float("inf") else max(0.0, deadline - now)
 
-    def _lease(self, count: int) -> None:
+    def _carry_out(self, work: Work) -> bool:
+        """Do one turn's server calls; False when the server was unreachable (what was not done is kept)."""
         try:
-            results = self.backend.acquire(*self.config.queues, count=count, worker=self.name)
-        except Exception:
-            logger.exception(
-                "Fetching tasks from queues %s failed; this worker process stops.", ", ".join(self.config.queues)
-            )
-            results, self.failed = [], True
-        with self._lock:
-            self._acquiring = False
-            if self.failed:
-                self.fetching = False
-            elif results:
-                self._pause = self.backend.options.poll_interval
-                self.buffer.extend(results)
-                if self.budget is not None:
-                    self.budget -= len(results)
-                    if self.budget <= 0:
-                        self.fetching, self.recycled = False, True
-            elif self.config.exit_empty:
-                self.fetching = False
-            else:
-                self._next_fetch_at = time.monotonic() + self._pause
-                self._pause = min(2 * self._pause, self.backend.options.poll_max_interval)
-            if self.fetching:
-                self._has_tasks.notify(len(results))
-            else:
-                self._has_tasks.notify_all()
-
-    def _settle(self, outcomes: list[Outcome]) -> bool:
-        """Acknowledge or requeue finished tasks; False when the broker failed (leases go to the reaper)."""
-        try:
-            acknowledged = [(o.result, o.return_value) for o in outcomes if o.retry_after is None]
-            if acknowledged:
-                self.backend.acknowledge_many(acknowledged)
-            for outcome in outcomes:
-                if outcome.retry_after is not None:
-                    self.backend.requeue(outcome.result, run_after=outcome.retry_after)
-        except Exception:
-            logger.exception(
-                "Acknowledging %d finished tasks failed; the reaper will recover their leases.", len(outcomes)
-            )
-            self.failed = True
+            if self._unanswered:
+                self.backend.release_unanswered(self.config.queues, self._unanswered)
+                self._unanswered = []
+            if work.release:
+                self.backend.release(work.release)
+                work.release = []
+            if work.outcomes:
+                self._settle(work.outcomes)
+                work.outcomes = []
+            if work.interrupted:
+                self._hand_back_interrupted(work.interrupted)
+            if work.lease:
+                self._lease(work.lease)
+                work.lease = 0
+            if work.wait_for_wake:
+                self.backend.wait_for_tasks(self.config.queues, self.name, IDLE_WAIT_S)
+        except ServerUnreachable as e:
+            if not work.last:
+                self._wait_for_server(work, e)
             return False
+        if self._offline_since is not None:
+            logger.warning("The server answers again after %.1f s.", time.monotonic() - self._offline_since)
+            self._offline_since, self._reconnect_pause = None, RECONNECT_PAUSE_S
         return True
 
-    def _consumers_gone(self) -> None:
-        logger.error("Every consumer thread of this worker process died; it stops and is replaced.")
-        self.failed = True
-
-    def _abandon(self) -> None:
-        """Stop for good: nothing more is fetched, and consumers exit once the buffer is empty."""
+    def _wait_for_server(self, work: Work, error: ServerUnreachable) -> None:
+        """Keep what `work` did not do for the next turn and pause before calling again."""
+        now = time.monotonic()
         with self._lock:
-            self.fetching = self._acquiring = False
-            if self.failed and self.buffer:
-                logger.warning("%d leased tasks were not run; the reaper will recover them.", len(self.buffer))
-                self.buffer.clear()
-            self._has_tasks.notify_all()
+            self.unstarted[:0] = work.release
+            if work.outcomes:
+                self.outcomes[:0] = work.outcomes
+                self._outcomes_since = now
+            if work.lease and self.budget is not None:
+                self.budget += work.lease
+            pause = self._reconnect_pause
+            self._offline_until = now + pause
+            self._reconnect_pause = min(2 * pause, RECONNECT_MAX_PAUSE_S)
+        if self._offline_since is None:
+            self._offline_since = now
+        # Logged once per backoff step, not once per attempt: the step stops growing at its cap.
+        if pause < RECONNECT_MAX_PAUSE_S:
+            logger.warning("%s; keeping %s and trying again in %.2f s.", error, self._held_summary(), pause)
+
+    def _held_summary(self) -> str:
+        return (
+            f"{len(self.buffer)} buffered, {len(self.running)} running and "
+            f"{len(self.outcomes)} finished tasks in memory"
+        )
+
+    def _lease(self, count: int) -> None:
+        token_base = os.urandom(6).hex()
+        expires = time.monotonic() + self.backend.options.lease_ttl
+        try:
+            results = self.backend.acquire(*self.config.queues, count=count, worker=self.name, token_base=token_base)
+        except ServerUnreachable:
+            # The server may have run the call and leased tasks whose reply was lost.
+            self._unanswered.append(token_base)
+            raise
+        with self._lock:
+            if self.budget is not None and len(results) < count:
+                self.budget += count - len(results)
+            if results:
+                self._poll_pause = self.backend.options.poll_interval
+                self.buffer.extend(Buffered(result, expires) for result in results)
+                self._has_tasks.notify(len(results))
+            elif not self.holds_leases and not self.config.exit_empty:
+                # Nothing ready and nothing held: wait on the server, woken by the next enqueue.
+                self._idle, self._next_fetch_at = True, float("inf")
+            else:
+                # Tasks still run here: poll, so their acknowledgements are not held up by a wait.
+                self._next_fetch_at = time.monotonic() + self._poll_pause
+                self._poll_pause = min(2 * self._poll_pause, self.backend.options.poll_max_interval)
+            if self.phase is Phase.FETCHING:
+                if self.budget is not None and self.budget <= 0:
+                    self.recycled = True
+                    self._enter(Phase.DRAINING)
+                elif not results and self.config.exit_empty:
+                    self._enter(Phase.DRAINING)
+
+    def _settle(self, outcomes: list[Outcome]) -> None:
+        """Acknowledge finished tasks and requeue the ones to retry."""
+        acknowledged = [(o.result, o.return_value) for o in outcomes if o.retry_after is None]
+        if acknowledged:
+            self.backend.acknowledge_many(acknowledged)
+        for outcome in outcomes:
+            if outcome.retry_after is not None:
+                self.backend.requeue(outcome.result, run_after=outcome.retry_after)
+
+    def _hand_back_interrupted(self, results: list[ThreadmillTaskResult]) -> None:
+        timeout = self.config.shutdown_timeout
+        for result in results:
+            interrupted = copy.copy(result)
+            object.__setattr__(interrupted, "errors", list(result.errors))
+            record_abandoned(
+                interrupted, f"Worker {self.name} stopped and interrupted this attempt after {timeout:g} s."
+            )
+            self.backend.requeue(interrupted)
+            logger.warning("Task %s was still running at the shutdown timeout; it goes back to ready.", result.id)
 
     # -- the consumers ----------------------------------------------------------------
 
     def _consume(self, executor: Executor) -> None:
-        lock, buffer, outcome, running = self._lock, self.buffer, None, False
+        lock, buffer, outcome, result = self._lock, self.buffer, None, None
         try:
             while True:
                 with lock:
                     if outcome is not None:
                         self._finish(outcome)
-                        outcome, running = None, False
-                    if not buffer:
-                        if not self._wait_for_tasks():
-                            return
-                        executor.idle = True
-                    result = buffer.popleft()
-                    self.busy += 1
-                    running = True
+                    outcome = result = None
+                    while result is None:
+                        if not buffer:
+                            if not self._wait_for_tasks():
+                                return
+                            executor.idle = True
+                        result = self._take_runnable(buffer.popleft())
+                    self.running[result.id] = result
                     # Edge-triggered: the fetcher re-checks before it waits, and a wake-up
                     # per task cost more CPU than the echo task itself.
                     if self._wake_at_refill and self.size - len(buffer) == self.refill_at:
@@ -252,29 +446,38 @@ class WorkerProcess:
                 self.consumers_alive -= 1
                 if outcome is not None:
                     self._finish(outcome)
-                elif running:
-                    # Task code raised SystemExit or KeyboardInterrupt: its lease goes to the reaper.
-                    logger.error("Task %s stopped its consumer thread; the reaper will recover its lease.", result.id)
-                    self.busy -= 1
+                elif result is not None and self.running.pop(result.id, None) is not None:
+                    # Task code raised SystemExit or KeyboardInterrupt: the broker recovers its lease.
+                    logger.error("Task %s stopped its consumer thread; its lease is left to the broker.", result.id)
                 self._has_work.notify()
             executor.close()
+
+    def _take_runnable(self, entry: Buffered) -> ThreadmillTaskResult | None:
+        """Return the buffered task to run, or None when its lease may have run out (it is handed back)."""
+        if time.monotonic() < entry.expires:
+            return entry.result
+        logger.warning("Task %s waited in the buffer past its lease; it is handed back, not run.", entry.result.id)
+        self.unstarted.append(entry.result)
+        self._has_work.notify()
+        return None
 
     def _wait_for_tasks(self) -> bool:
         """Wait, holding the lock, until a task is buffered; False once none will come."""
         while not self.buffer:
-            if self._closed:
+            if self.phase not in (Phase.FETCHING, Phase.QUIET):
                 return False
             self._has_work.notify()
             self._has_tasks.wait()
         return True
 
     def _finish(self, outcome: Outcome) -> None:
-        self.busy -= 1
+        if self.running.pop(outcome.result.id, None) is None:
+            return  # handed back at the shutdown deadline; the process is exiting
         self.done += 1
         if not self.outcomes:
             self._outcomes_since = time.monotonic()
         self.outcomes.append(outcome)
-        if len(self.outcomes) >= self.ack_batch:
+        if len(self.outcomes) >= self.ack_batch or self.phase is Phase.STOPPING:
             self._has_work.notify()
 
     def _run(self, executor: Executor, result: ThreadmillTaskResult) -> Outcome:

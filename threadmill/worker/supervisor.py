@@ -4,8 +4,11 @@ It is single threaded, so forking is safe: the mover and reaper passes run on it
 thread between waits on the children's sentinels. A child that exits is replaced, unless
 the pool is stopping, or it drained its queues under `--exit-empty` (exit code 0).
 A child that dies young is respawned after a growing pause, so a broken broker is not
-hammered. SIGTERM or Ctrl-C is passed on to the children, which finish their tasks; a
-second Ctrl-C stops everything at once.
+hammered. SIGTERM or Ctrl-C is passed on to the children, which hand their buffered tasks
+back and let running ones finish within `--shutdown-timeout`; a child still alive
+`SHUTDOWN_GRACE_S` after that is killed. A second SIGTERM or Ctrl-C stops everything at once.
+If the supervisor itself is killed, its children notice within a second and stop the same
+bounded way.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import time
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING
@@ -21,7 +25,8 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from ..backends.redis import RedisBroker
-from .child import STOP_SIGNALS, run_worker_process
+from ..exceptions import ServerUnreachable
+from .child import HANDLED_SIGNALS, QUIET_SIGNAL, run_worker_process
 from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, WorkerConfig
 
 if TYPE_CHECKING:
@@ -29,12 +34,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("threadmill.supervisor")
 
+#: This host's name, as worker process names (`host:pid`) carry it.
+HOST = socket.gethostname()
 #: First pause before respawning a worker process that died young, seconds.
 RESPAWN_PAUSE_S = 0.1
 #: Longest pause before respawning a worker process that keeps dying young, seconds.
 RESPAWN_MAX_PAUSE_S = 10.0
 #: A worker process that lived at least this long resets the respawn pause, seconds.
 HEALTHY_LIFETIME_S = 30.0
+#: Seconds past the shutdown timeout a stopping worker process gets to hand back and exit before it is killed.
+SHUTDOWN_GRACE_S = 3.0
 
 
 class Supervisor:
@@ -47,6 +56,9 @@ class Supervisor:
         self.children: dict[int, tuple[multiprocessing.Process, float]] = {}
         self.stopping = False
         self.interrupted = False
+        self._kill_at = float("inf")
+        #: Slots whose process an operator stopped: they are not refilled.
+        self._retired: set[int] = set()
         self._respawn_at: dict[int, float] = {}
         self._pause = RESPAWN_PAUSE_S
         self._next_broker_pass = 0.0
@@ -81,29 +93,63 @@ class Supervisor:
     def _turn(self, wake_read: int) -> None:
         now = time.monotonic()
         if not self.stopping and now >= self._next_broker_pass:
-            self._broker_pass()
+            self._broker_pass(self._full_pass)
             self._next_broker_pass = time.monotonic() + self.backend.options.broker_interval
+        elif not self.stopping and self.broker.next_due_at is not None and now >= self.broker.next_due_at:
+            # Deferred tasks start on time, not at the next full pass: the mover alone runs when one falls due.
+            self._broker_pass(self.broker.move_all)
         for slot, at in list(self._respawn_at.items()):
             if self.stopping:
                 del self._respawn_at[slot]
             elif now >= at:
                 del self._respawn_at[slot]
                 self._spawn(slot)
-        deadlines = [self._next_broker_pass, *self._respawn_at.values()]
-        timeout = None if self.stopping else max(0.0, min(deadlines) - time.monotonic())
+        if self.stopping and now >= self._kill_at:
+            self._kill_children()
+        if self.stopping:
+            deadlines = [self._kill_at]
+        else:
+            deadlines = [self._next_broker_pass, *self._respawn_at.values()]
+            if self.broker.next_due_at is not None:
+                deadlines.append(self.broker.next_due_at)
+        timeout = None if min(deadlines) == float("inf") else max(0.0, min(deadlines) - time.monotonic())
         ready = wait([wake_read, *(process.sentinel for process, _ in self.children.values())], timeout)
         if wake_read in ready:
             os.read(wake_read, 512)
         self._collect()
 
-    def _broker_pass(self) -> None:
+    def _full_pass(self) -> None:
+        self.broker.run_once()
+        self._obey_operators()
+
+    def _obey_operators(self) -> None:
+        """Carry out the quiet and stop commands operators left in Redis for this pool's processes."""
+        slots = {f"{HOST}:{process.pid}": slot for slot, (process, _) in self.children.items() if process.pid}
+        for name, command in self.backend.take_control(list(slots)).items():
+            slot = slots[name]
+            pid = self.children[slot][0].pid
+            if command == "stop":
+                logger.info("An operator stops worker process %s; it is not replaced.", name)
+                self._retired.add(slot)
+                os.kill(pid, signal.SIGTERM)
+            else:
+                logger.info("An operator quiets worker process %s.", name)
+                os.kill(pid, QUIET_SIGNAL)
+
+    def _broker_pass(self, run) -> None:
         try:
-            self.broker.run_once()
+            run()
+        except ServerUnreachable as e:
+            if not self._broker_failing:
+                logger.warning("A broker pass cannot reach the server (%s); it is retried every pass.", e)
+            self._broker_failing = True
         except Exception:
             if not self._broker_failing:
-                logger.exception("A broker pass (mover and reaper) failed; it is retried every pass.")
+                logger.exception("A broker pass (mover, reaper and recovery) failed; it is retried every pass.")
             self._broker_failing = True
         else:
+            if self._broker_failing:
+                logger.warning("Broker passes work again.")
             self._broker_failing = False
 
     def _spawn(self, slot: int) -> None:
@@ -113,11 +159,11 @@ class Supervisor:
         process = self._context.Process(
             target=run_worker_process, args=(self.config, os.getpid()), name=f"threadmill-worker-{slot}"
         )
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
         try:
             process.start()
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
         self.children[slot] = (process, time.monotonic())
 
     def _collect(self) -> None:
@@ -127,7 +173,7 @@ class Supervisor:
             process.join()
             del self.children[slot]
             code, lived = process.exitcode, time.monotonic() - born
-            if self.stopping or (self.config.exit_empty and code == 0):
+            if self.stopping or slot in self._retired or (self.config.exit_empty and code == 0):
                 continue
             self._schedule_respawn(slot, process.pid, code, lived)
 
@@ -150,15 +196,24 @@ class Supervisor:
 
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, frame) -> None:
-            if self.stopping and signum == signal.SIGINT:
+            if self.stopping:
+                # A second SIGTERM or SIGINT: the children drop everything (the broker recovers their leases).
                 self.interrupted = True
                 self._signal_children(signal.SIGINT)
                 os._exit(EXIT_INTERRUPTED)
             self.stopping = True
+            self._kill_at = time.monotonic() + self.config.shutdown_timeout + SHUTDOWN_GRACE_S
             self._signal_children(signal.SIGTERM)
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+
+    def _kill_children(self) -> None:
+        for process, _ in self.children.values():
+            if process.is_alive():
+                logger.error("Worker process %s did not stop within its shutdown timeout; killing it.", process.pid)
+        self._signal_children(signal.SIGKILL)
+        self._kill_at = float("inf")
 
     def _signal_children(self, signum: int) -> None:
         for process, _ in self.children.values():

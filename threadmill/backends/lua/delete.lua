@@ -1,17 +1,24 @@
--- delete: remove selected tasks from their queue, with their data and result.
--- KEYS[1]    (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
--- KEYS[2]    (prefix) result prefix
--- KEYS[3]    (prefix) segment prefix; a segment's key is this plus queue .. ':' .. segment
--- ARGV[1..n] (string) task ids
--- Returns: the number of tasks deleted
-local deleted = 0
-for _, id in ipairs(ARGV) do
+-- delete: remove selected tasks of one segment of a queue, with their data and results.
+-- A task that moved to another segment (or queue) since the caller saw it is left alone, so
+-- a console acting on a stale page never deletes a task it did not show.
+-- KEYS[1] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
+-- KEYS[2] (prefix) result prefix; a result's key is this plus its id (same hash tag)
+-- KEYS[3] (zset)   the segment the tasks must still be in
+-- ARGV[1] (string) the queue's name
+-- ARGV[2] (string) the segment's name
+-- ARGV[3..n] (string) task ids
+-- Returns: {id1, id2, ...} the ids deleted; an id left in the segment whose task data
+--          already expired counts as deleted (its entry is removed)
+local deleted = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
   local key = KEYS[1] .. id
   local fields = redis.call('HMGET', key, 'queue', 'segment')
-  if fields[1] then
-    redis.call('ZREM', KEYS[3] .. fields[1] .. ':' .. fields[2], id)
+  local here = fields[1] == ARGV[1] and fields[2] == ARGV[2]
+  if here or (not fields[1] and redis.call('ZSCORE', KEYS[3], id)) then
+    redis.call('ZREM', KEYS[3], id)
     redis.call('DEL', key, KEYS[2] .. id)
-    deleted = deleted + 1
+    deleted[#deleted + 1] = id
   end
 end
 return deleted

@@ -6,6 +6,7 @@
 -- KEYS[1] (hash)   the task
 -- KEYS[2] (string) the task's result document
 -- KEYS[3..8] (zset) the task's queue segments: ready, deferred, running, successful, failed, unreadable
+-- KEYS[9]  (list)   the queue's wake list: one token wakes an idle worker for a task made ready
 -- ARGV[1] (string) task id
 -- ARGV[2] (string) target segment, "ready" or "deferred"
 -- ARGV[3] (number) run_after as epoch seconds (deferred only)
@@ -44,5 +45,8 @@ if ARGV[2] == 'deferred' then
   redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
 else
   redis.call('ZADD', KEYS[3], string.format('%.0f', score), ARGV[1])
+  if redis.call('LLEN', KEYS[9]) == 0 then
+    redis.call('LPUSH', KEYS[9], '1')
+  end
 end
 return 1

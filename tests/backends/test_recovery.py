@@ -1,0 +1,203 @@
+"""Heartbeats and what the broker does with them: the scripts, then the recovery of a dead worker's leases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.backends.conftest import enqueue
+from tests.tasks import echo
+from threadmill.backends.base import Segment
+from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.outcome import WORKER_LOSS_LIMIT
+
+T = "threadmill:{default}:task:"
+Q = "threadmill:{default}:default:"
+WORKERS = "threadmill:{default}:workers"
+
+
+def _server_now(raw) -> float:
+    seconds, micros = raw.time()
+    return seconds + micros / 1e6
+
+
+def _age_heartbeat(raw, worker: str, seconds: float) -> None:
+    """Make a worker's last heartbeat `seconds` old by the server's clock."""
+    raw.zadd(WORKERS, {worker: _server_now(raw) - seconds})
+
+
+@pytest.fixture
+def short(server_url) -> RedisTaskBackend:
+    """A backend with a short worker timeout, as a test would configure it."""
+    return RedisTaskBackend(
+        "default", {"REDIS_URL": server_url, "OPTIONS": {"worker_timeout": 2, "socket_timeout": 1, "batch_size": 7}}
+    )
+
+
+@pytest.fixture
+def broker(short) -> RedisBroker:
+    """A broker that already trusts heartbeats (it has reached the server long enough)."""
+    broker = RedisBroker(short, ["default"])
+    broker._reachable_since = float("-inf")
+    return broker
+
+
+# -- the scripts ------------------------------------------------------------------------
+
+
+def test_a_heartbeat_stores_the_server_time_and_the_document_and_publishes_it(short, raw):
+    pubsub = raw.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe("threadmill:{default}:telemetry")
+    pubsub.get_message(timeout=1)
+
+    now = short.heartbeat("h:1", {"type": "worker", "running": ["a"]})
+
+    assert abs(now - _server_now(raw)) < 1
+    assert raw.zscore(WORKERS, "h:1") == pytest.approx(now)
+    assert json.loads(raw.get("threadmill:{default}:worker:h:1")) == {"type": "worker", "running": ["a"]}
+    assert 0 < raw.ttl("threadmill:{default}:worker:h:1") <= 3600 + 2
+    message = pubsub.get_message(timeout=2)
+    assert json.loads(message["data"]) == {"type": "worker", "running": ["a"]}
+    assert short.worker_heartbeats() == {"h:1": pytest.approx(now)}
+
+
+def test_a_goodbye_removes_the_worker_and_its_document(short, raw):
+    short.heartbeat("h:1", {"type": "worker"})
+    short.heartbeat("h:1", None)
+    assert raw.zcard(WORKERS) == 0
+    assert short.worker_document("h:1") is None
+
+
+def test_claim_abandoned_takes_only_the_leases_of_workers_whose_heartbeat_is_stale(short, raw):
+    for i in range(3):
+        enqueue(short, echo, i)
+    dead = short.acquire("default", count=2, worker="h:dead")
+    alive = short.acquire("default", worker="h:alive")
+    _age_heartbeat(raw, "h:dead", 10)
+    _age_heartbeat(raw, "h:alive", 0)
+
+    reply = short.scripts.claim_abandoned("default", 2, 3600, 100, 1000, 60, "claim")
+
+    rows = [reply[i : i + 7] for i in range(1, len(reply), 7)]
+    assert sorted(row[0].decode() for row in rows) == sorted(r.id for r in dead)
+    assert {row[2] for row in rows} == {b"h:dead"}
+    assert all(9 < float(row[6]) < 12 for row in rows)
+    assert {raw.hget(T + r.id, "lease_token") for r in dead} == {b"claim:1", b"claim:2"}
+    assert raw.hget(T + alive[0].id, "lease_token").decode() == alive[0].lease_token
+
+
+def test_claim_abandoned_leaves_a_worker_that_never_sent_a_heartbeat_alone(short, raw):
+    enqueue(short, echo)
+    short.acquire("default", worker="h:script")
+    assert short.scripts.claim_abandoned("default", 2, 3600, 100, 1000, 60, "claim")[1:] == []
+
+
+def test_claim_abandoned_forgets_workers_dead_for_longer_than_any_lease(short, raw):
+    _age_heartbeat(raw, "h:old", 5000)
+    _age_heartbeat(raw, "h:recent", 10)
+    short.scripts.claim_abandoned("default", 2, 3600, 100, 1000, 60, "claim")
+    assert raw.zrange(WORKERS, 0, -1) == [b"h:recent"]
+
+
+def test_release_puts_a_task_back_where_it_was_as_if_never_started(short, raw):
+    first, second = enqueue(short, echo, 1), enqueue(short, echo, 2)
+    leased = short.acquire("default", count=2, worker="w")
+
+    assert short.release([leased[0]]) == 1
+
+    assert raw.zrange(Q + "ready", 0, -1) == [first.id.encode()]
+    assert raw.zscore(Q + "ready", first.id) == float(raw.hget(T + first.id, "score"))
+    assert raw.zrange(Q + "running", 0, -1) == [second.id.encode()]
+    again = short.get_result(first.id)
+    assert again.worker_ids == [] and again.errors == [] and again.started_at is None
+
+
+def test_release_is_fenced_by_the_lease_token(short, raw):
+    enqueue(short, echo)
+    [leased] = short.acquire("default", worker="w")
+    raw.hset(T + leased.id, "lease_token", "taken-over")
+    assert short.release([leased]) == 0
+    assert raw.zcard(Q + "running") == 1
+
+
+def test_release_unanswered_hands_back_the_leases_of_a_call_by_its_token_base(short, raw):
+    for i in range(3):
+        enqueue(short, echo, i)
+    short.acquire("default", count=2, worker="w", token_base="lost")
+    [kept] = short.acquire("default", worker="w", token_base="answered")
+
+    assert short.release_unanswered(["default"], ["lost"]) == 2
+
+    assert raw.zcard(Q + "ready") == 2
+    assert raw.zrange(Q + "running", 0, -1) == [kept.id.encode()]
+
+
+# -- the broker's recovery ----------------------------------------------------------------
+
+
+def test_recovery_returns_a_started_task_to_ready_with_the_lost_attempt_recorded(short, broker, raw):
+    result = enqueue(short, echo, 1)
+    short.acquire("default", worker="h:1")
+    short.heartbeat("h:1", {"running": [result.id]})
+    _age_heartbeat(raw, "h:1", 3)
+
+    assert broker.run_once() == (0, 1)
+
+    again = short.get_result(result.id)
+    assert again.segment is Segment.READY
+    assert again.worker_ids == ["h:1"]
+    assert again.errors[-1].exception_class_path == "threadmill.exceptions.WorkerLost"
+    assert "Worker h:1 sent no heartbeat for 3." in again.errors[-1].traceback
+    # A late acknowledgement by the lost worker is refused.
+    assert raw.hget(T + result.id, "lease_token") is None
+
+
+def test_recovery_returns_a_buffered_task_to_ready_with_no_attempt_recorded(short, broker, raw):
+    running, buffered = enqueue(short, echo, 1), enqueue(short, echo, 2)
+    short.acquire("default", count=2, worker="h:1")
+    short.heartbeat("h:1", {"running": [running.id]})
+    _age_heartbeat(raw, "h:1", 3)
+
+    assert broker.run_once() == (0, 2)
+
+    untouched = short.get_result(buffered.id)
+    assert untouched.segment is Segment.READY
+    assert untouched.worker_ids == [] and untouched.errors == []
+    assert short.get_result(running.id).worker_ids == ["h:1"]
+
+
+def test_recovery_fails_a_task_that_keeps_losing_its_worker(short, broker, raw):
+    result = enqueue(short, echo, 1)
+    for attempt in range(1, WORKER_LOSS_LIMIT + 1):
+        worker = f"h:{attempt}"
+        short.acquire("default", worker=worker)
+        short.heartbeat(worker, {"running": [result.id]})
+        _age_heartbeat(raw, worker, 3)
+        broker.run_once()
+
+    lost = short.get_result(result.id)
+    assert lost.segment is Segment.FAILED
+    assert lost.worker_ids == ["h:1", "h:2", "h:3"]
+    assert [e.exception_class_path for e in lost.errors] == ["threadmill.exceptions.WorkerLost"] * 3
+
+
+def test_a_live_worker_keeps_its_leases(short, broker, raw):
+    result = enqueue(short, echo, 1)
+    short.acquire("default", worker="h:1")
+    short.heartbeat("h:1", {"running": [result.id]})
+    assert broker.run_once() == (0, 0)
+    assert short.get_result(result.id).segment is Segment.RUNNING
+
+
+def test_a_broker_that_just_reached_the_server_waits_before_trusting_heartbeats(short, raw):
+    result = enqueue(short, echo, 1)
+    short.acquire("default", worker="h:1")
+    _age_heartbeat(raw, "h:1", 30)
+    fresh = RedisBroker(short, ["default"])
+
+    assert fresh.run_once() == (0, 0)
+    assert short.get_result(result.id).segment is Segment.RUNNING
+    # Once it has reached the server for worker_timeout + socket_timeout, it recovers.
+    fresh._reachable_since -= 3
+    assert fresh.run_once() == (0, 1)

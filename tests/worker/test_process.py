@@ -1,0 +1,49 @@
+"""One WorkerProcess in this process, against the real server: what its fetcher and consumers decide."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import tasks
+from threadmill.backends.base import Segment
+from threadmill.backends.redis import RedisTaskBackend
+from threadmill.worker.config import WorkerConfig
+from threadmill.worker.process import Phase, WorkerProcess
+
+
+@pytest.fixture
+def backend(redis_url) -> RedisTaskBackend:
+    """The `default` alias with a lease shorter than the first task takes."""
+    return RedisTaskBackend("default", {"REDIS_URL": redis_url, "OPTIONS": {"lease_ttl": 0.4}})
+
+
+def _run_until_drained(backend: RedisTaskBackend, **config) -> WorkerProcess:
+    process = WorkerProcess(backend, WorkerConfig(queues=("default",), exit_empty=True, **config), "h:1")
+    process.start()
+    assert process.finished.wait(30), "the process did not drain"
+    return process
+
+
+def test_a_buffered_task_whose_lease_ran_out_is_handed_back_not_run(backend):
+    slow = backend.enqueue(tasks.sleep_for, [0.8], {})
+    waiting = [backend.enqueue(tasks.echo, [i], {}) for i in range(2)]
+
+    process = _run_until_drained(backend, threads=1, prefetch_count=3)
+
+    assert process.phase is Phase.STOPPED and process.exit_code == 0
+    assert process.done == 1
+    assert backend.get_result(slow.id).segment is Segment.SUCCESSFUL
+    for result in waiting:
+        again = backend.get_result(result.id)
+        assert again.segment is Segment.READY
+        assert again.worker_ids == [] and again.errors == []
+
+
+def test_a_drain_settles_every_task_and_leaves_nothing_held(redis_url):
+    backend = RedisTaskBackend("default", {"REDIS_URL": redis_url})
+    results = [backend.enqueue(tasks.echo, [i], {}) for i in range(50)]
+
+    process = _run_until_drained(backend, threads=3, prefetch_count=6)
+
+    assert process.done == 50 and not process.holds_leases
+    assert backend.queue_stats()["default"][Segment.SUCCESSFUL] == len(results)

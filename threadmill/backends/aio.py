@@ -1,0 +1,60 @@
+"""The backend's asyncio path: `aenqueue` and `aget_result` on `redis.asyncio`, without a thread.
+
+A redis.asyncio connection belongs to the event loop that opened it, so there is one client
+per running loop, held weakly: a loop that is gone takes its client with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from .scripts import LuaScript, translated_errors
+
+
+class AsyncClients:
+    """One `redis.asyncio.Redis` per running event loop, for one server URL."""
+
+    def __init__(self, url: str, socket_timeout: float) -> None:
+        self.url = url
+        self.socket_timeout = socket_timeout
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def client(self) -> redis.asyncio.Redis:
+        """Return the running loop's client, created on first use."""
+        loop = asyncio.get_running_loop()
+        client = self._by_loop.get(loop)
+        if client is None:
+            client = self._by_loop[loop] = redis.asyncio.Redis.from_url(
+                self.url,
+                decode_responses=False,
+                socket_timeout=self.socket_timeout,
+                socket_connect_timeout=self.socket_timeout,
+            )
+        return client
+
+    async def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Call `script` by its SHA, loading it once if the server does not know it."""
+        client = self.client()
+        with translated_errors():
+            try:
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                await client.script_load(script.source)
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+
+    async def read_task(self, task_key: str, result_key: str, fields: Sequence[str]) -> tuple[list, bytes | None]:
+        """Return a task hash's `fields` and its stored result, in one round trip."""
+        with translated_errors():
+            pipe = self.client().pipeline(transaction=False)
+            pipe.hmget(task_key, fields)
+            pipe.get(result_key)
+            task_fields, stored_result = await pipe.execute()
+        return task_fields, stored_result
