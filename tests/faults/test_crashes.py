@@ -26,6 +26,8 @@ WORKER_TIMEOUT_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_WORKER_TIMEOUT"])
 BROKER_INTERVAL_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_BROKER_INTERVAL"])
 #: "Within a few seconds": how long what a killed supervisor or `run` started may outlive it.
 ORPHAN_LIFETIME_S = 5.0
+#: Errors recording an attempt given up: WorkerLost is the AttemptAbandoned of a worker found dead.
+ABANDONED_ERRORS = {"threadmill.exceptions.AttemptAbandoned", "threadmill.exceptions.WorkerLost"}
 #: The --shutdown-timeout the SIGTERM test gives the pool, seconds.
 SHUTDOWN_TIMEOUT_S = 2.0
 
@@ -75,10 +77,10 @@ def test_kill_9_of_a_worker_process_runs_its_tasks_again_within_the_worker_timeo
     assert tally.statuses() == {TaskResultStatus.SUCCESSFUL: len(tally.ids)}, tally.summary()
     for task_id in held:
         result = tally.backend.get_result(task_id)
-        if started[task_id]:
-            # The abandoned attempt is recorded: the dead worker's id, and an error naming it.
-            assert victim_name in result.worker_ids, result.worker_ids
-            abandoned = [e for e in result.errors if e.exception_class_path.endswith(".AttemptAbandoned")]
+        if started[task_id] and not finished[task_id]:
+            # Running when it died: the lost attempt is recorded, the dead worker's id and an error naming it.
+            assert victim_name in result.worker_ids, (task_id, result.worker_ids, _error_classes(result))
+            abandoned = [e for e in result.errors if e.exception_class_path in ABANDONED_ERRORS]
             assert len(abandoned) == 1 and victim_name in abandoned[0].traceback, _error_classes(result)
     assert len(pool.children()) == 2 and victim not in pool.children()
     print(
@@ -122,11 +124,12 @@ class RunCommand:
 
     def __init__(self, home) -> None:
         self.port, self.valkey_port = free_port(), free_port()
-        env = {**os.environ, "THREADMILL_HOME": str(home), "THREADMILL_EMBEDDED_PORT": str(self.valkey_port)}
+        env = {**os.environ, "THREADMILL_HOME": str(home)}
         for name in ("DJANGO_SETTINGS_MODULE", "REDIS_URL", "THREADMILL_TEST_REDIS_URL"):
             env.pop(name, None)
         command = [sys.executable, "manage.py", "threadmill", "run", "--no-demo", "--port", str(self.port)]
-        command += ["-w", "1", "-t", "2"]
+        command += ["--valkey-port", str(self.valkey_port), "--valkey-dir", str(home / "valkey")]
+        command += ["-w", "1", "-t", "2", "--shutdown-timeout", "2"]
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -146,6 +149,13 @@ class RunCommand:
                 if line.startswith("Threadmill console: "):
                     return
         pytest.fail(f"threadmill run printed no URL: {self.lines}")
+
+    def alive(self) -> bool:
+        """Fail the test at once, with everything `run` printed, if it exited."""
+        if self.process.poll() is not None:
+            self.lines += [line.rstrip() for line in self.process.stdout.read().splitlines()]
+            pytest.fail(f"threadmill run exited with code {self.process.returncode}:\n" + "\n".join(self.lines))
+        return True
 
     def descendants(self) -> list[psutil.Process]:
         """Every process `run` started, directly or not; remembered for the clean-up."""
@@ -188,10 +198,9 @@ def test_kill_9_of_threadmill_run_stops_everything_it_started(tmp_path):
     try:
         run.wait_for_url()
         valkey_line = next((line for line in run.lines if line.startswith("Embedded Valkey listening on")), "")
-        # The lead adds THREADMILL_EMBEDDED_PORT so a test (or a second site) can run beside port 6389.
-        assert f":{run.valkey_port}/" in valkey_line, f"run ignored THREADMILL_EMBEDDED_PORT: {valkey_line!r}"
+        assert f":{run.valkey_port}/" in valkey_line, f"run ignored --valkey-port: {valkey_line!r}"
         wait_for(
-            lambda: sorted(_kind(p) for p in run.descendants()) == RUN_CHILDREN,
+            lambda: run.alive() and sorted(_kind(p) for p in run.descendants()) == RUN_CHILDREN,
             lambda: f"run started everything: {sorted(_kind(p) for p in run.descendants())}",
             30,
         )
