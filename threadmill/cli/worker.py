@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
@@ -138,6 +139,11 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     if options["max_tasks_jitter"] and options["max_tasks"] is None:
         raise CommandError("--max-tasks-jitter needs --max-tasks.")
     backend = threadmill_backend(options["backend"])
+    for schedule in backend.schedules:
+        try:
+            schedule.task()
+        except ImproperlyConfigured as e:
+            raise CommandError(str(e)) from None
     config = WorkerConfig(
         backend=options["backend"],
         queues=tuple(known_queues(backend, options["queues"])),
