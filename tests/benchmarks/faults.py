@@ -177,8 +177,9 @@ def observe(drain: Drain, fault: Fault, counter: redis.Redis, ids: list[str]) ->
             raise RuntimeError(f"The pool ran nothing; see {drain.log}: {drain.log.read_text()[-2000:]}")
         time.sleep(POLL_S)
     time.sleep(FAULT_AFTER_S)  # The schedule of the fault, not a synchronisation.
-    fault.strike(drain)
+    # From the start of the fault: an outage's own 10 s count, as they do for the tasks waiting.
     struck = time.monotonic()
+    fault.strike(drain)
     all_ran_s = exited_s = None
     while time.monotonic() - struck < OBSERVE_S:
         if fault.long_task:
