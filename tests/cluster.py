@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -119,10 +120,50 @@ class ValkeyCluster:
         raise EmbeddedServerError(f"not {what} within {CLUSTER_READY_TIMEOUT_S:g} s")
 
     def node_for(self, key: str) -> EmbeddedValkey:
-        """Return the primary that owns `key`'s slot (the fixture's own split, before any failover)."""
+        """Return the primary that owns `key`'s slot now, as the cluster itself says (CLUSTER SLOTS)."""
         slot = key_slot(key.encode())
-        index = next(i for i, (first, last) in enumerate(slot_ranges(self.primaries)) if first <= slot <= last)
-        return self.nodes[index]
+        with redis.Redis(port=self.nodes[0].port) as client:
+            for first, last, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                if first <= slot <= last:
+                    return next(node for node in self.nodes if node.port == primary[1])
+        raise LookupError(f"No node of the cluster owns slot {slot}.")
+
+    def move_slot(self, key: str, to: EmbeddedValkey, during: Callable[[], object] | None = None) -> None:
+        """Hand `key`'s slot, which must hold no key, to the primary `to`, as a resharding tool would.
+
+        The source first marks it migrating and the target importing (a window in which the
+        source answers ASK for keys it lacks, where `during` runs), then every node learns the
+        new owner.
+        """
+        slot = key_slot(key.encode())
+        source = self.node_for(key)
+        clients = {node.port: redis.Redis(port=node.port) for node in self.primary_nodes}
+        try:
+            target_id = clients[to.port].execute_command("CLUSTER", "MYID")
+            source_id = clients[source.port].execute_command("CLUSTER", "MYID")
+            clients[to.port].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            clients[source.port].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            if during is not None:
+                during()
+            for port in (to.port, source.port, *(p for p in clients if p not in (to.port, source.port))):
+                clients[port].execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        finally:
+            for client in clients.values():
+                client.close()
+        self._poll(lambda info: info["cluster_state"] == "ok", "every node agrees on the slot's new owner")
+        deadline = time.monotonic() + CLUSTER_READY_TIMEOUT_S
+        while any(self._owner_seen_by(node, slot) != to.port for node in self.primary_nodes):
+            if time.monotonic() > deadline:
+                raise EmbeddedServerError(f"slot {slot} did not move to port {to.port}")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _owner_seen_by(node: EmbeddedValkey, slot: int) -> int | None:
+        with redis.Redis(port=node.port) as client:
+            for first, last, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                if first <= slot <= last:
+                    return primary[1]
+        return None
 
     def flush(self) -> None:
         """Empty every primary (a FLUSHALL on a cluster node empties that node only)."""

@@ -125,9 +125,9 @@ class ClusterScripts(RedisScripts):
         try:
             return self._send(keys[0], command)
         except redis.exceptions.NoScriptError:
-            # A node that never ran it: a new primary after a failover, or one restarted.
-            self._send(keys[0], ("SCRIPT", "LOAD", script.source))
-            return self._send(keys[0], command)
+            # A node that never ran it (a new primary after a failover, one restarted, or the
+            # target of an ASK): EVAL runs it there and leaves it in that node's script cache.
+            return self._send(keys[0], ("EVAL", script.source, len(keys), *keys, *args))
 
     def _run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self._run_on_owner(script, keys, args)[0]
