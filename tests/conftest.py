@@ -59,6 +59,15 @@ def cluster() -> ServerUnderTest:
     return _server("cluster")
 
 
+@pytest.fixture
+def on_cluster(cluster, settings):
+    """Point this process's `default` task backend at the session's Valkey Cluster for one test; return it."""
+    from django.tasks import task_backends
+
+    settings.TASKS = {"default": {**settings.TASKS["default"], "REDIS_URL": cluster.url, "CLUSTER": True}}
+    return task_backends["default"]
+
+
 @pytest.fixture(autouse=True)
 def clean_servers():
     """Flush every started server before and after each test."""
