@@ -57,6 +57,7 @@ class ValkeyCluster:
     primaries: int = 3
     replicas_per_primary: int = 0
     nodes: list[EmbeddedValkey] = field(default_factory=list)
+    _flushers: list[redis.Redis] = field(default_factory=list, repr=False)
 
     @property
     def url(self) -> str:
@@ -167,9 +168,10 @@ class ValkeyCluster:
 
     def flush(self) -> None:
         """Empty every primary (a FLUSHALL on a cluster node empties that node only)."""
-        for node in self.primary_nodes:
-            with redis.Redis(port=node.port) as client:
-                client.flushall()
+        if not self._flushers:
+            self._flushers = [redis.Redis(port=node.port) for node in self.primary_nodes]
+        for client in self._flushers:
+            client.flushall()
 
     def stop(self) -> None:
         for node in self.nodes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -22,6 +22,7 @@ class ServerUnderTest:
 
     name: str
     server: EmbeddedValkey | ValkeyCluster
+    _flusher: redis.Redis | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -45,8 +46,9 @@ class ServerUnderTest:
         if self.cluster:
             self.server.flush()
         else:
-            with redis.Redis.from_url(self.url) as client:
-                client.flushall()
+            if self._flusher is None:
+                self._flusher = redis.Redis.from_url(self.url)
+            self._flusher.flushall()
 
     def stop(self) -> None:
         self.server.stop()

@@ -56,14 +56,19 @@ def test_requeue_delete_and_purge_act_on_the_cluster(operator_client, seeded, ra
     ]
 
 
-@pytest.fixture
-def hub_on_the_cluster(on_cluster):
-    """This process's telemetry hub, restarted so it subscribes to the cluster's channel (and again after)."""
-    from threadmill import api
+@pytest.fixture(autouse=True)
+def hub_on_the_cluster(on_cluster, monkeypatch):
+    """A telemetry hub of each test's own as this process's hub (pages start it), on the cluster's channel.
 
-    api.hub().stop()
-    yield api.hub().start()
-    api.hub().stop()
+    The process-wide hub must not subscribe to the cluster: it outlives the test, and the
+    other console tests expect it on the session's single server.
+    """
+    from threadmill.api import workers
+
+    hub = workers.TelemetryHub()
+    monkeypatch.setattr(workers, "_hub", hub)
+    yield hub.start()
+    hub.stop()
 
 
 def test_the_workers_page_hears_heartbeats_on_sharded_pub_sub(operator_client, backend, hub_on_the_cluster):
