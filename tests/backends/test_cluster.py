@@ -155,3 +155,12 @@ def test_fsync_enqueue_on_a_cluster_waits_on_the_connection_that_wrote(cluster, 
     backend = RedisTaskBackend("default", cluster.params(OPTIONS={"fsync_enqueue": True}))
     results = [backend.enqueue(echo, [i], {}) for i in range(3)]
     assert [r.id for r in backend.acquire("default", count=3)] == [r.id for r in results]
+
+
+def test_a_woken_worker_on_a_cluster_stops_waiting_at_once(backend):
+    backend.wake_worker("w:1")  # a MULTI/EXEC pipeline: both of its keys are in the alias's slot
+    started = time.monotonic()
+    assert backend.wait_for_tasks(["default"], "w:1", 5) is True  # BLPOP on the slot's primary
+    assert time.monotonic() - started < 1
+    backend.enqueue(echo, ["wake"], {})
+    assert backend.wait_for_tasks(["default"], "w:1", 5) is True
