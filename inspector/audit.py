@@ -16,8 +16,10 @@ def record(
     scope: str,
     count: int,
     task_ids: Sequence[str] = (),
+    *,
+    forced: bool = False,
 ) -> AuditEntry:
-    """Store who did `action` to how many tasks (and which), now."""
+    """Store who did `action` to how many tasks (and which), now, and whether it was forced."""
     return AuditEntry.objects.create(
         user=request.user,
         username=request.user.get_username(),
@@ -28,4 +30,5 @@ def record(
         scope=scope[:200],
         count=count,
         task_ids=list(task_ids)[: AuditEntry.MAX_TASK_IDS],
+        forced=forced,
     )

@@ -13,6 +13,7 @@ import logging
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.http import QueryDict
 from django.template.loader import render_to_string
 
 from threadmill import api
@@ -60,8 +61,8 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
         if not (user and user.is_authenticated and user.is_active and user.is_staff):
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        query = dict(part.split("=", 1) for part in self.scope["query_string"].decode().split("&") if "=" in part)
-        self.view = query.get("view", "overview")
+        # QueryDict decodes any bytes (a hostile query string is not always UTF-8).
+        self.view = QueryDict(self.scope.get("query_string", b"")).get("view", "overview")
         if self.view not in FRAGMENTS:
             await self.close(code=4400)
             return
@@ -93,7 +94,7 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data=None, bytes_data=None) -> None:
         try:
             message = json.loads(text_data or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting exhausts the parser's recursion limit
             return
         if isinstance(message, dict) and "visible" in message:
             self.visible = bool(message["visible"])

@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 
 from django import forms
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from threadmill import api
 
 #: Most tasks one "requeue selected" or "delete selected" may name.
 MAX_SELECTION = 500
-_TASK_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+# Matched with fullmatch: a `$` anchor would also pass an id with a trailing newline.
+_TASK_ID = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 
 
 class FilterForm(forms.Form):
@@ -29,8 +30,21 @@ class FilterForm(forms.Form):
         return data
 
 
-class SelectionForm(forms.Form):
-    """What an action applies to: the selected task ids, or the whole (filtered) view."""
+class ForceForm(forms.Form):
+    """Whether a requeue forces running tasks whose workers are alive and leases current (they may run twice)."""
+
+    force = forms.ChoiceField(
+        choices=[("", "no"), ("yes", "yes")],
+        required=False,
+        error_messages={"invalid_choice": "The force field is either 'yes' or absent."},
+    )
+
+    def clean_force(self) -> bool:
+        return self.cleaned_data["force"] == "yes"
+
+
+class SelectionForm(ForceForm):
+    """What an action applies to: the selected task ids, or the whole (filtered) view, and whether it is forced."""
 
     scope = forms.ChoiceField(choices=[("selected", "selected"), ("view", "view")], initial="selected")
     ids = forms.CharField(required=False, widget=forms.MultipleHiddenInput)
@@ -43,7 +57,7 @@ class SelectionForm(forms.Form):
         data = super().clean()
         if len(self.task_ids) > MAX_SELECTION:
             raise ValidationError(f"Select at most {MAX_SELECTION} tasks at a time, or act on the whole view.")
-        bad = [task_id for task_id in self.task_ids if not _TASK_ID.match(task_id)]
+        bad = [task_id for task_id in self.task_ids if not _TASK_ID.fullmatch(task_id)]
         if bad:
             raise ValidationError("The selection holds a malformed task id.")
         if data.get("scope") == "selected" and not self.task_ids:
@@ -69,5 +83,9 @@ class PurgeForm(forms.Form):
 
 
 def reason(form: forms.Form) -> str:
-    """Return a form's errors as one sentence for a 400 page."""
-    return " ".join(str(message) for messages in form.errors.values() for message in messages)
+    """Return a form's errors as one sentence for a 400 page, each field's prefixed by its name."""
+    return " ".join(
+        str(message) if name == NON_FIELD_ERRORS else f"{name.capitalize()}: {message}"
+        for name, messages in form.errors.items()
+        for message in messages
+    )

@@ -27,6 +27,9 @@ class AuditEntry(models.Model):
     )
     count = models.PositiveIntegerField()
     task_ids = models.JSONField(default=list, blank=True)
+    forced = models.BooleanField(
+        default=False, help_text="A requeue forced over running tasks whose workers were alive: they may run twice."
+    )
 
     class Meta:
         ordering = ("-at", "-id")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import django_tables2 as tables
+from django.core.exceptions import BadRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
@@ -19,6 +20,8 @@ from threadmill.backends.base import json_preview
 PREVIEW_CHARS = 120
 #: Rows per page.
 PER_PAGE = 50
+#: What `?sort=` may be: queue order, or reversed (a segment is a sorted set; nothing else is indexed).
+SORTS = ("", "enqueued_at", "-enqueued_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,5 +271,9 @@ def segment_table(request, alias, queue_name, segment, where, page_number, selec
     """Return the table of one segment view, ordered and paginated per the request."""
     data = SegmentData(alias, queue_name, segment, where, page_number)
     table = TABLE_OF_SEGMENT[segment](data, request=None, exclude=() if selectable else ("select",))
-    table.order_by = request.GET.get("sort") or None
+    sort = request.GET.get("sort", "")
+    if sort not in SORTS:
+        # django-tables2 would read anything else as a path of accessors.
+        raise BadRequest(f"The sort must be enqueued_at or -enqueued_at (reversed), not {sort[:20]!r}.")
+    table.order_by = sort or None
     return table

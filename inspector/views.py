@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import messages
 from django.core.exceptions import BadRequest
 from django.core.paginator import EmptyPage
@@ -37,10 +39,17 @@ def _queue_or_404(alias: str, queue_name: str) -> None:
         raise Http404(f"No queue named {queue_name!r} on backend {alias!r}.")
 
 
+#: Highest page number a console page accepts.
+MAX_PAGE = 10**9
+# ASCII digits only: str.isdigit() also passes '²' and '①', which int() refuses, and an
+# unbounded run of digits reaches int()'s 4,300-digit limit.
+_PAGE_NUMBER = re.compile(r"[0-9]{1,10}")
+
+
 def _page_number(request) -> int:
     raw = request.GET.get("page", "1")
-    if not raw.isdigit() or not 1 <= int(raw) <= 10**9:
-        raise BadRequest(f"The page number must be a whole number from 1, not {raw[:20]!r}.")
+    if not _PAGE_NUMBER.fullmatch(raw) or not 1 <= int(raw) <= MAX_PAGE:
+        raise BadRequest(f"The page number must be a whole number from 1 to {MAX_PAGE:,}, not {raw[:20]!r}.")
     return int(raw)
 
 
@@ -93,13 +102,22 @@ def _paginate(table, page_number: int) -> None:
 @require_GET
 @console_view
 def task_detail(request, backend: str, task_id: str):
-    try:
-        task = api.task(backend, task_id)
-    except api.TaskResultDoesNotExist as e:
-        raise Http404(str(e)) from e
+    task = _task_or_404(backend, task_id)
     context = {"active": "queues", "backend": backend, "task": task, "can_change": can_change(request.user)}
     context["unreadable"] = isinstance(task, api.UnreadableTask)
+    context["live_lease"] = bool(api.live_in_selection(backend, _queue_of(task), task.segment, [task_id]))
     return render(request, _partial(request, "inspector/task_detail.html", "task-status"), context)
+
+
+def _task_or_404(alias: str, task_id: str):
+    try:
+        return api.task(alias, task_id)
+    except api.TaskResultDoesNotExist as e:
+        raise Http404(str(e)) from e
+
+
+def _queue_of(task) -> str:
+    return task.queue_name if isinstance(task, api.UnreadableTask) else task.task.queue_name
 
 
 @require_GET
@@ -132,22 +150,40 @@ def _audit_page(request):
 @console_view
 @change_required
 def requeue_task(request, backend: str, task_id: str):
-    try:
-        task = api.task(backend, task_id)
-    except api.TaskResultDoesNotExist as e:
-        raise Http404(str(e)) from e
-    moved = api.requeue(backend, task_id)
-    segment = getattr(task, "segment", "") or ""
-    queue_name = task.queue_name if isinstance(task, api.UnreadableTask) else task.task.queue_name
+    force = _force(request.POST)
+    task = _task_or_404(backend, task_id)
+    done = api.requeue(backend, task_id, force=force)
+    segment = str(task.segment or "")
     audit.record(
-        request, "requeue", backend, queue_name, str(segment), "one task", int(moved), [task_id] if moved else []
+        request, "requeue", backend, _queue_of(task), segment, "one task", len(done.moved), done.moved, forced=force
     )
-    _say(request, moved, f"Requeued task {task_id}.", f"Task {task_id} was not requeued: it is already ready.")
+    _say_task_requeued(request, task_id, segment, done, force)
     return redirect("inspector:task_detail", backend, task_id)
 
 
-def _say(request, ok: bool, done: str, not_done: str) -> None:
-    (messages.success if ok else messages.warning)(request, done if ok else not_done)
+def _say_task_requeued(request, task_id: str, segment: str, done: api.Requeued, force: bool) -> None:
+    if done.moved:
+        messages.success(request, f"Requeued task {task_id}." + (_FORCED if force else ""))
+    elif done.skipped:
+        messages.warning(
+            request,
+            f"Task {task_id} was not requeued: it is running, its worker is alive and its lease current. "
+            "Tick “force” to requeue it anyway: it may then run twice.",
+        )
+    else:
+        state = "already ready" if segment == "ready" else f"no longer {segment}"
+        messages.warning(request, f"Task {task_id} was not requeued: it is {state}.")
+
+
+#: What a forced requeue risks, said after it.
+_FORCED = " Forced: a task still running on a live worker may run twice."
+
+
+def _force(data) -> bool:
+    form = forms.ForceForm(data)
+    if not form.is_valid():
+        raise BadRequest(forms.reason(form))
+    return form.cleaned_data["force"]
 
 
 @require_POST
@@ -173,17 +209,20 @@ def _action(request, action: str, alias: str, queue_name: str, segment: api.Segm
     selection, where = forms.SelectionForm(request.POST), _filter(request.POST)
     if not selection.is_valid():
         raise BadRequest(forms.reason(selection))
-    scope, ids = selection.cleaned_data["scope"], selection.cleaned_data["ids"]
+    scope, ids, force = (selection.cleaned_data[name] for name in ("scope", "ids", "force"))
     if action == "delete" and scope != "selected":
         raise BadRequest("Delete acts on selected tasks only; purge empties a whole segment.")
     if request.POST.get("confirmed") != "yes":
         return _confirm(request, action, alias, queue_name, segment, scope, ids, where)
-    done = _run(action, alias, queue_name, segment, scope, ids, where)
     scope_text = (
-        "selected tasks" if scope == "selected" else f"view {where.task_path or '*'} {where.error_class or ''}".strip()
+        "selected tasks" if scope == "selected" else f"view {where.task_path or '*'} {where.error_class}".strip()
     )
-    audit.record(request, action, alias, queue_name, segment.value, scope_text, len(done), done)
-    messages.success(request, f"{'Requeued' if action == 'requeue' else 'Deleted'} {_tasks(len(done))}.")
+    if action == "delete":
+        done = api.delete(alias, queue_name, segment, ids)
+        audit.record(request, action, alias, queue_name, segment.value, scope_text, len(done), done)
+        messages.success(request, f"Deleted {_tasks(len(done))}.")
+    else:
+        _requeue(request, alias, queue_name, segment, scope, scope_text, ids, where, force)
     return redirect(_segment_url(alias, queue_name, segment, where))
 
 
@@ -191,23 +230,44 @@ def _tasks(count: int) -> str:
     return f"{count} task{'' if count == 1 else 's'}"
 
 
-def _run(action, alias, queue_name, segment, scope, ids, where) -> list[str]:
-    if action == "delete":
-        return api.delete(alias, queue_name, segment, ids)
+def _running_tasks(count: int) -> str:
+    return f"{count} running task{'' if count == 1 else 's'}"
+
+
+def _requeue(request, alias, queue_name, segment, scope, scope_text, ids, where, force: bool) -> None:
     if scope == "selected":
-        return api.requeue_selected(alias, queue_name, segment, ids)
-    return api.requeue_view(alias, queue_name, segment, where)
+        done = api.requeue_selected(alias, queue_name, segment, ids, force=force)
+    else:
+        done = api.requeue_view(alias, queue_name, segment, where, force=force)
+    moved = done.moved
+    audit.record(request, "requeue", alias, queue_name, segment.value, scope_text, len(moved), moved, forced=force)
+    _say_requeued(request, done, force)
+
+
+def _say_requeued(request, done: api.Requeued, force: bool) -> None:
+    text = f"Requeued {_tasks(len(done.moved))}"
+    if not done.skipped:
+        messages.success(request, text + ("." + _FORCED if force else "."))
+        return
+    were, their = ("was", "its worker is") if len(done.skipped) == 1 else ("were", "their workers are")
+    lease = "its lease" if len(done.skipped) == 1 else "their leases"
+    messages.warning(
+        request, f"{text}; {_running_tasks(len(done.skipped))} {were} skipped: {their} alive and {lease} current."
+    )
 
 
 def _confirm(request, action, alias, queue_name, segment, scope, ids, where):
     if scope == "selected":
         count = api.count_selected(alias, queue_name, segment, ids)
+        live = api.live_in_selection(alias, queue_name, segment, ids) if action == "requeue" else []
     else:
         count = api.count_view(alias, queue_name, segment, where)
+        live = api.live_in_view(alias, queue_name, segment, where) if action == "requeue" else []
     context = {
         "action": action, "backend": alias, "queue_name": queue_name, "segment": segment, "scope": scope,
         "ids": ids, "where": where, "count": count, "count_text": _tasks(count), "active": "queues",
         "back_url": _segment_url(alias, queue_name, segment, where),
+        "live_count": len(live), "live_text": _running_tasks(len(live)),
     }  # fmt: skip
     return render(request, _partial(request, "inspector/action_confirm.html", "action-confirmation"), context)
 

@@ -34,6 +34,10 @@ SNAPSHOT_INTERVAL_S = 2.0
 RATE_WINDOW_S = 60.0
 
 
+#: The snapshot's `state` for each worker phase; any other phase reads "running".
+PHASE_STATES = {"quiet": "quiet", "stopping": "stopping", "stopped": "stopped"}
+
+
 def heartbeat_interval(worker_timeout_s: float) -> float:
     """Return the seconds between two heartbeats: often enough that three in a row may be lost in `worker_timeout`."""
     return min(SNAPSHOT_INTERVAL_S, worker_timeout_s / 4)
@@ -67,7 +71,8 @@ class TelemetryPublisher:
 
     def beat(self) -> None:
         """Store and publish a running snapshot as this process's heartbeat."""
-        self._send(lambda: self.process.backend.heartbeat(self.process.name, self.snapshot("running")))
+        state = PHASE_STATES.get(self.process.phase.value, "running")
+        self._send(lambda: self.process.backend.heartbeat(self.process.name, self.snapshot(state)))
 
     def goodbye(self) -> None:
         """Publish the stopped snapshot; leave the workers set unless leases are still held (the broker's then)."""

@@ -10,15 +10,15 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # (imported once the apps are loaded)
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
 from inspector.routing import websocket_urlpatterns
+from inspector.site.static import StaticFilesHandler
 
 application = ProtocolTypeRouter(
     {
         # The demo site serves the console's few static files itself; a production site
         # would put them behind its web server or WhiteNoise instead.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "http": StaticFilesHandler(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

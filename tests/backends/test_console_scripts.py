@@ -218,3 +218,17 @@ def test_requeue_matching_misses_no_task_when_the_segment_changes_between_window
     moved = backend.requeue_matching("default", segment="deferred", needles=['"path":"tests.tasks.add"'])
     assert len(moved) == 20
     assert {r.task.name for r in backend.peek("default", segment="ready", count=100)} == {"add"}
+
+
+def test_requeue_many_leaves_a_task_of_another_queue_alone(backend, raw):
+    from datetime import UTC, datetime, timedelta
+
+    from tests.tasks import echo
+
+    result = backend.enqueue(echo.using(run_after=datetime.now(UTC) + timedelta(hours=1)), [1], {})
+
+    assert backend.requeue_many("emails", segment="deferred", task_ids=[result.id]) == []
+
+    assert raw.zcard("threadmill:{default}:emails:ready") == 0
+    assert raw.zrange("threadmill:{default}:default:deferred", 0, -1) == [result.id.encode()]
+    assert raw.hget(f"threadmill:{{default}}:task:{result.id}", "segment") == b"deferred"

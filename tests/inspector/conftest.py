@@ -80,9 +80,25 @@ def finish(backend, result, *, fail: bool = False) -> None:
     assert backend.acknowledge(result, "done")
 
 
+def heartbeat(backend, worker: str, *, age_s: float = 0.0) -> None:
+    """Record `worker`'s last heartbeat `age_s` seconds ago by the server's clock, as a live worker does."""
+    seconds, micros = backend.client.time()
+    backend.client.zadd(backend.keys.workers(), {worker: seconds + micros / 1e6 - age_s})
+
+
+def dead(backend, worker: str) -> None:
+    """Record a heartbeat for `worker` older than the backend's `worker_timeout`: the worker is known dead."""
+    heartbeat(backend, worker, age_s=backend.options.worker_timeout + 60)
+
+
 @pytest.fixture
 def seeded(backend, raw):
     """One task in every segment of the default queue (ready, deferred, running, successful, failed, unreadable)."""
+    return seed(backend, raw)
+
+
+def seed(backend, raw) -> dict[str, str]:
+    """Put one task in every segment of the default queue; return their ids by segment."""
     from tests.tasks import add, echo
 
     running, succeeded, failed, unreadable = (add.enqueue(i, i) for i in range(4))

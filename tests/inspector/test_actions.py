@@ -70,18 +70,20 @@ def test_requeue_selected_confirms_with_the_server_count_then_acts_and_audits(op
     confirm = csrf_post(operator_client, url, {"scope": "selected", "ids": ids})
     assert confirm.status_code == 200
     assert 'id="confirm-count">1 task<' in confirm.content.decode()
+    assert 'id="live-warning"' not in confirm.content.decode()
     assert raw.zcard("threadmill:{default}:default:running") == 1
     done = csrf_post(operator_client, url, {"scope": "selected", "ids": ids, "confirmed": "yes"})
     assert done.status_code == 302 and done.headers["Location"] == "/threadmill/default/default/running/"
     assert raw.zcard("threadmill:{default}:default:running") == 0
     assert raw.hget("threadmill:{default}:task:" + seeded["running"], "segment") == b"ready"
     entry = AuditEntry.objects.get()
-    assert (entry.username, entry.action, entry.segment, entry.count, entry.task_ids) == (
+    assert (entry.username, entry.action, entry.segment, entry.count, entry.task_ids, entry.forced) == (
         "operator",
         "requeue",
         "running",
         1,
         [seeded["running"]],
+        False,
     )
     page = operator_client.get(done.headers["Location"]).content.decode()
     assert "Requeued 1 task." in page
@@ -127,6 +129,7 @@ def test_requeueing_the_ready_segment_is_a_400(operator_client, seeded):
     [
         ({"scope": "selected"}, "Select at least one task."),
         ({"scope": "selected", "ids": ["bad id!"]}, "The selection holds a malformed task id."),
+        ({"scope": "selected", "ids": ["good-id\n"]}, "The selection holds a malformed task id."),
         ({"scope": "everything"}, "Select a valid choice."),
         ({"scope": "selected", "ids": [f"id-{i}" for i in range(501)]}, "Select at most 500 tasks"),
         ({"scope": "view", "task": "no spaces"}, "The task path filter must be a dotted Python path"),
@@ -187,3 +190,15 @@ def test_an_unreachable_server_is_a_503_page_not_a_500(operator_client, backend,
     response = operator_client.get("/threadmill/default/default/ready/")
     assert response.status_code == 503
     assert "Cannot reach the Redis server" in response.content.decode()
+
+
+def test_requeue_selected_ignores_the_ids_of_another_queue_s_tasks(operator_client, seeded, raw):
+    # requeue_many.lua checks a task's segment, not its queue: given a default task's id on the emails
+    # queue, it put the task in emails' ready set while it stayed in default's deferred set.
+    url = "/threadmill/default/emails/deferred/requeue/"
+    response = csrf_post(operator_client, url, {"scope": "selected", "ids": [seeded["deferred"]], "confirmed": "yes"})
+    assert response.status_code == 302
+    assert raw.zcard("threadmill:{default}:emails:ready") == 0
+    assert raw.zrange("threadmill:{default}:default:deferred", 0, -1) == [seeded["deferred"].encode()]
+    assert raw.hget("threadmill:{default}:task:" + seeded["deferred"], "segment") == b"deferred"
+    assert AuditEntry.objects.get().count == 0

@@ -1,11 +1,14 @@
 """End to end in real Chromium: log in, page, requeue, purge, watch workers, and hostile payloads stay text.
 
 The console runs in daphne and the workers as `manage.py threadmill worker` processes, all
-on the session's Valkey. Each test saves a screenshot of the page it proves under docs/images/.
+on the session's Valkey. With THREADMILL_SCREENSHOTS set to a folder (the README's screenshot
+command sets docs/images), each test saves a screenshot of the page it proves there; a
+plain test run writes no file.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from datetime import UTC, datetime
@@ -13,14 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.inspector.live import ROOT, start_live_console
+from tests.inspector.conftest import dead, heartbeat
+from tests.inspector.live import start_live_console
 
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]  # fmt: skip
-IMAGES = ROOT / "docs" / "images"
+#: Where screenshots go, or None: only the README's screenshot command writes them.
+IMAGES = Path(os.environ["THREADMILL_SCREENSHOTS"]) if os.environ.get("THREADMILL_SCREENSHOTS") else None
 #: Milliseconds Playwright waits for a page to show what a test expects.
 WAIT_MS = 30_000
 
@@ -72,8 +77,9 @@ def log_in(page, path: str = "/threadmill/", username: str = "admin", password: 
 
 
 def shot(page, name: str) -> None:
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMAGES / f"{name}.png"), full_page=True)
+    if IMAGES is not None:
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(IMAGES / f"{name}.png"), full_page=True)
 
 
 def fail_task(backend, result, message: str) -> None:
@@ -112,8 +118,7 @@ def test_requeue_a_stuck_running_task_and_see_it_complete(page, live, backend):
     stuck = echo.enqueue("stuck").id
     (leased,) = backend.acquire("default", worker="ghost:1")  # a worker that died holding it
     assert leased.id == stuck
-    server_seconds = backend.client.time()[0]
-    backend.client.zadd(backend.keys.workers(), {"ghost:1": server_seconds - 3600})  # its last heartbeat
+    dead(backend, "ghost:1")
     worker = live.start_worker()
     log_in(page, "/threadmill/default/default/running/")
     page.check(f"input[name=ids][value='{stuck}']")
@@ -133,6 +138,46 @@ def test_requeue_a_stuck_running_task_and_see_it_complete(page, live, backend):
     expect_text(page, "#task-state", "SUCCESSFUL")
     expect_text(page, "dl.facts", "Attempts3")  # ghost:1's abandoned attempt, then two runs
     assert live.stop_worker(worker) == 0
+
+
+def test_a_task_on_a_live_worker_is_skipped_until_the_operator_forces_it(page, live, backend):
+    from tests.tasks import echo
+
+    bulk, single = echo.enqueue("bulk").id, echo.enqueue("single").id
+    assert {r.id for r in backend.acquire("default", count=2, worker="busy:1")} == {bulk, single}
+    heartbeat(backend, "busy:1", age_s=-600)  # stamped ahead, so it stays fresh however slow the test runs
+    log_in(page, "/threadmill/default/default/running/")
+    page.check(f"input[name=ids][value='{bulk}']")
+    page.click("button:text('Requeue selected…')")
+    expect_text(page, "#live-count", "1 running task")
+    expect_text(page, "#live-warning", "would run it twice at once, so it is skipped")
+    page.click("button[name=confirmed]")
+    expect_text(
+        page, ".messages", "Requeued 0 tasks; 1 running task was skipped: its worker is alive and its lease current."
+    )
+    expect_text(page, "#tasks-table .total", "2 tasks")
+    page.check(f"input[name=ids][value='{bulk}']")
+    page.click("button:text('Requeue selected…')")
+    page.check("#force")
+    page.click("button[name=confirmed]")
+    expect_text(page, ".messages", "Requeued 1 task. Forced: a task still running on a live worker may run twice.")
+    expect_text(page, "#tasks-table .total", "1 task")
+
+    page.goto(f"/threadmill/default/task/{single}/")
+    expect_text(page, "#live-warning", "a requeue skips it")
+    confirmations = []
+    page.on("dialog", lambda dialog: (confirmations.append(dialog.message), dialog.accept()))
+    page.click("button:text('Requeue this task')")
+    expect_text(page, ".messages", f"Task {single} was not requeued: it is running, its worker is alive")
+    expect_text(page, "#task-state", "RUNNING")
+    page.check("#force")
+    page.click("button:text('Requeue this task')")
+    expect_text(page, ".messages", f"Requeued task {single}. Forced:")
+    expect_text(page, "#task-state", "READY")
+    assert confirmations == [f"Requeue task {single}? It is running on a live worker: forced, it may run twice."] * 2
+    page.goto("/threadmill/audit/")
+    assert page.locator("#audit-table tr[data-forced=true]").count() == 2
+    assert page.csp_violations == []
 
 
 def test_purge_asks_for_the_queue_name_typed(page, live, backend):
@@ -223,11 +268,3 @@ def expect_text(page, selector: str, text: str) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator(selector).first).to_contain_text(text, timeout=WAIT_MS)
-
-
-def test_screenshots_of_every_page_exist():
-    # Runs last in this module: the tests above each saved the page they proved.
-    names = {"queue_list", "task_list", "task_detail", "action_confirm", "purge_confirm", "audit_list", "worker_list",
-             "task_detail_unreadable", "error"}  # fmt: skip
-    missing = sorted(name for name in names if not (IMAGES / f"{name}.png").exists())
-    assert not missing, f"missing screenshots: {missing}"

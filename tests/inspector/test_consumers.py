@@ -131,3 +131,42 @@ async def test_every_socket_of_a_process_shares_one_redis_subscription(operator,
     assert subscribers == 1
     for communicator in sockets:
         await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("query_string", "accepted"),
+    [
+        (b"view=\xff\xfe", False),  # not UTF-8
+        (b"view=%00", False),
+        (b"view", False),
+        (b"view=overview&view=%3Cscript%3E", False),
+        (b"view=" + b"x" * 10_000, False),
+        (b"=&&=&", True),  # no view named: the overview
+        (b"view=workers", True),
+    ],
+)
+async def test_a_junk_query_string_is_refused_with_4400_or_read_as_a_view(operator, query_string, accepted):
+    headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000"), (b"cookie", await _session_cookie(operator))]  # fmt: skip
+    communicator = WebsocketCommunicator(_application(), "/threadmill/ws/", headers=headers)
+    communicator.scope["query_string"] = query_string  # raw bytes, as a hostile client can send them
+    connected, _ = await communicator.connect()
+    assert connected
+    if accepted:
+        assert "-table" in await communicator.receive_from(timeout=5)
+        await communicator.disconnect()
+    else:
+        assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4400}
+
+
+async def test_junk_messages_are_ignored_and_the_socket_keeps_working(operator):
+    communicator = await _connect("overview", await _session_cookie(operator))
+    await communicator.receive_from(timeout=5)
+    junk = ["", "null", "[1, 2]", '"visible"', "\x00", "{", "[" * 100_000, '{"visible": {"deep": [1]}}', "1e999999"]
+    for text in junk:
+        await communicator.send_input({"type": "websocket.receive", "text": text})
+    await communicator.send_to(bytes_data=b"\xff\xfe")
+    while not await communicator.receive_nothing(timeout=0.3):
+        await communicator.receive_from()
+    await communicator.send_to(text_data=json.dumps({"visible": True}))
+    assert (await communicator.receive_from(timeout=5)).lstrip().startswith('<div id="queues-table"')
+    await communicator.disconnect()

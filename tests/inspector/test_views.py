@@ -116,9 +116,21 @@ def test_filtering_by_task_path_and_error_class(operator_client, seeded):
     [
         (
             "/threadmill/default/default/ready/?page=abc",
-            "The page number must be a whole number from 1, not &#x27;abc&#x27;.",
+            "The page number must be a whole number from 1 to 1,000,000,000, not &#x27;abc&#x27;.",
         ),
         ("/threadmill/default/default/ready/?page=0", "The page number must be a whole number from 1"),
+        # Characters str.isdigit() passes but int() refuses, and more digits than int() reads.
+        ("/threadmill/default/default/ready/?page=%C2%B2", "The page number must be a whole number from 1"),
+        ("/threadmill/default/default/failed/?page=%C2%B3", "not &#x27;³&#x27;."),
+        ("/threadmill/default/default/ready/?page=%E2%91%A0", "The page number must be a whole number from 1"),
+        ("/threadmill/default/default/ready/?page=" + "1" * 4301, "from 1 to 1,000,000,000, not &#x27;1111"),
+        ("/threadmill/audit/?page=%C2%B2", "The page number must be a whole number from 1"),
+        ("/threadmill/audit/?page=" + "9" * 5000, "The page number must be a whole number from 1"),
+        ("/threadmill/default/default/ready/?page=1%0A", "The page number must be a whole number from 1"),
+        (
+            "/threadmill/default/default/ready/?sort=..%2F..",
+            "The sort must be enqueued_at or -enqueued_at (reversed), not &#x27;../..&#x27;.",
+        ),
         ("/threadmill/default/default/ready/?task=a%20b", "The task path filter must be a dotted Python path"),
         (
             "/threadmill/default/default/ready/?error=%3Cscript%3E",
@@ -141,10 +153,15 @@ def test_malformed_input_is_a_400_with_the_reason(operator_client, seeded, url, 
         "/threadmill/default/task/00000000-0000-7000-8000-000000000000/",
         "/threadmill/default/task/bad%20id/",
         "/threadmill/nope/task/x/",
+        # The path converters' patterns match whole segments: a trailing newline is no name.
+        "/threadmill/default%0A/default/ready/",
+        "/threadmill/default/default%0A/ready/",
+        "/threadmill/default/default/ready%0A/",
+        "/threadmill/default/task/{ready}%0A/",
     ],
 )
 def test_unknown_backend_queue_segment_or_task_is_a_404(operator_client, seeded, url):
-    assert operator_client.get(url).status_code == 404
+    assert operator_client.get(url.format(**seeded)).status_code == 404
 
 
 def test_the_task_detail_shows_args_errors_and_attempts(operator_client, seeded):
@@ -259,3 +276,44 @@ def test_the_per_minute_rate_slides_over_the_last_sixty_seconds():
     assert sliding_minute([0, 60, 10], elapsed=0.25) == 55
     assert sliding_minute([7], elapsed=0.5) == 7
     assert sliding_minute([], elapsed=0.5) == 0
+
+
+@pytest.mark.parametrize("field", ["task_path", "error_class"])
+def test_a_filter_path_with_a_trailing_newline_is_refused(field):
+    from threadmill import api
+
+    with pytest.raises(ValueError, match="must be a dotted Python path"):
+        api.Filter(**{field: "tests.tasks.add\n"})
+    assert getattr(api.Filter(**{field: "tests.tasks.add"}), field) == "tests.tasks.add"
+
+
+HOSTILE_TELEMETRY = [
+    '{"type":"worker","host":"h","pid":Infinity}',
+    '{"type":"worker","host":"h","pid":NaN,"threads":-Infinity}',
+    '{"type":"worker","host":"h","pid":1e400,"rss":1e308,"cpu_percent":NaN,"tasks_per_minute":Infinity}',
+    '{"type":"worker","host":"h","pid":' + "9" * 400 + ',"threads":' + "9" * 400 + "}",
+    '{"type":"worker","host":"h","pid":2,"started_at":1e308,"interval":-5,"rss":-1}',
+    '{"type":"worker","host":"h","pid":3,"started_at":-1e308,"interval":0,"busy":"all","queues":{"a":1}}',
+    '{"type":"snapshot","host":{"a":[1]},"pid":4,"queues":[null,[],{}]}',
+    "[" * 100_000,
+    '{"type":"worker","pid":' + "[" * 100_000,
+    "\xff\xfe",
+]
+
+
+def test_hostile_telemetry_never_breaks_the_hub_or_the_workers_page(operator_client, monkeypatch):
+    import time
+
+    from threadmill.api import workers
+
+    hub = workers.TelemetryHub()
+    monkeypatch.setattr(workers, "_hub", hub)  # this process's hub stays clean for the other tests
+    try:
+        for payload in HOSTILE_TELEMETRY:
+            hub.record("default", payload.encode("utf-8", "surrogateescape"), now=time.time())
+        for headers in ({}, {"HX-Request": "true"}):
+            assert operator_client.get("/threadmill/workers/", headers=headers).status_code == 200
+            assert operator_client.get("/threadmill/", headers=headers).status_code == 200
+        assert {w.pid for w in hub.workers()} >= {2, 3, 4}
+    finally:
+        hub.stop()  # reading its workers started its subscription

@@ -1,188 +1,85 @@
 """The tooling API: what the console (or a script) reads and does to queues, through the backend.
 
 The role Sidekiq's `api.rb` plays for its web UI: the console never builds a Redis key and
-never imports `redis`; every read and every action goes through here. Each action that
-touches several tasks is one Lua script (or one script per bounded window), so a crash
-cannot lose a task between two writes. Worker snapshots arrive on the telemetry channel;
-one `TelemetryHub` per process holds one subscription and fans events out to listeners.
+never imports `redis`; every read and every action goes through here. One module per concern:
+`queues` (backends, queues, pages, one task), `actions` (counts, requeue, delete, purge),
+`workers` (telemetry); the overview lives here. Each action that touches several tasks is one
+Lua script (or one script per bounded window), so a crash cannot lose a task between two
+writes. Worker snapshots arrive on the telemetry channel; one `TelemetryHub` per process
+holds one subscription and fans events out to listeners.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
+from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..backends.base import REQUEUEABLE_SEGMENTS, Segment, UnreadableTask
-from ..backends.redis import RedisTaskBackend
+from .actions import (
+    Requeued,
+    count_selected,
+    count_view,
+    delete,
+    live_in_selection,
+    live_in_view,
+    purge,
+    requeue,
+    requeue_selected,
+    requeue_view,
+)
+from .queues import (
+    FILTER_SCAN_LIMIT,
+    NO_FILTER,
+    Filter,
+    SegmentPage,
+    backend_aliases,
+    get_backend,
+    has_queue,
+    natural_newest_first,
+    page,
+    task,
+)
 from .workers import TelemetryHub, WorkerSnapshot, hub
 
 logger = logging.getLogger("threadmill.api")
 
 __all__ = [
+    "FILTER_SCAN_LIMIT",
+    "NO_FILTER",
     "REQUEUEABLE_SEGMENTS",
     "Filter",
     "QueueSummary",
+    "Requeued",
     "Segment",
+    "SegmentPage",
     "TaskResultDoesNotExist",
     "TelemetryHub",
     "UnreadableTask",
     "WorkerSnapshot",
     "backend_aliases",
+    "count_selected",
+    "count_view",
+    "delete",
     "get_backend",
+    "has_queue",
     "hub",
+    "live_in_selection",
+    "live_in_view",
+    "natural_newest_first",
+    "overview",
+    "page",
+    "purge",
+    "requeue",
+    "requeue_selected",
+    "requeue_view",
+    "task",
 ]
 
-#: Most segment entries a filtered view scans; past it, its count is a lower bound.
-FILTER_SCAN_LIMIT = 100_000
 #: Points in a throughput sparkline, one per minute.
 SPARKLINE_MINUTES = 60
-
-_DOTTED_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def backend_aliases() -> list[str]:
-    """Return the aliases of every configured threadmill backend, in settings order."""
-    from django.conf import settings
-
-    return [alias for alias in settings.TASKS if isinstance(task_backends[alias], RedisTaskBackend)]
-
-
-def get_backend(alias: str) -> RedisTaskBackend:
-    """Return the threadmill backend of `alias`; LookupError when there is none."""
-    try:
-        backend = task_backends[alias]
-    except InvalidTaskBackend:
-        raise LookupError(f"No task backend is configured as {alias!r}.") from None
-    if not isinstance(backend, RedisTaskBackend):
-        raise LookupError(f"The task backend {alias!r} is not a threadmill backend.")  # noqa: TRY004 - a lookup, not a type check
-    return backend
-
-
-def has_queue(alias: str, queue_name: str) -> bool:
-    """Return whether a backend knows the queue (configured, or a task was ever enqueued on it)."""
-    return queue_name in get_backend(alias).queue_names()
-
-
-# -- reading segments ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Filter:
-    """A segment view's filter: a task path and an error class path, each optional."""
-
-    task_path: str = ""
-    error_class: str = ""
-
-    def __post_init__(self) -> None:
-        for name, value in (("task path", self.task_path), ("error class", self.error_class)):
-            if value and (len(value) > 200 or not _DOTTED_PATH.match(value)):
-                raise ValueError(f"The {name} filter must be a dotted Python path, such as 'myapp.tasks.send'.")
-
-    def __bool__(self) -> bool:
-        return bool(self.task_path or self.error_class)
-
-    @property
-    def needles(self) -> list[str]:
-        """The exact JSON fragments a matching stored document contains."""
-        out = []
-        if self.task_path:
-            out.append(f'"path":{json.dumps(self.task_path)}')
-        if self.error_class:
-            out.append(f'"exception_class_path":{json.dumps(self.error_class)}')
-        return out
-
-
-#: The filter of an unfiltered view.
-NO_FILTER = Filter()
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentPage:
-    """One page of a (possibly filtered) segment: rows, total, and whether the total is exact."""
-
-    items: list
-    total: int
-    exact: bool = True
-
-
-def page(
-    alias: str,
-    queue_name: str,
-    segment: Segment,
-    offset: int,
-    count: int,
-    where: Filter = NO_FILTER,
-    newest_first: bool | None = None,
-) -> SegmentPage:
-    """Return one page of a segment, filtered or not, with its total, in one round trip.
-
-    `newest_first` None keeps the segment's natural order (finished segments newest first).
-    """
-    found, complete = get_backend(alias).peek_matching(
-        queue_name,
-        segment=segment,
-        needles=where.needles,
-        offset=offset,
-        count=count,
-        scan_limit=FILTER_SCAN_LIMIT,
-        newest_first=newest_first,
-    )
-    return SegmentPage(found.items, found.total, complete)
-
-
-def natural_newest_first(segment: Segment) -> bool:
-    """Return whether a segment lists newest first by default (finished and unreadable ones do)."""
-    return segment in (Segment.SUCCESSFUL, Segment.FAILED, Segment.UNREADABLE)
-
-
-def task(alias: str, task_id: str):
-    """Return one task (a task result, or an UnreadableTask); TaskResultDoesNotExist if none."""
-    return get_backend(alias).peek_task(task_id)
-
-
-# -- actions ---------------------------------------------------------------------------
-
-
-def count_selected(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> int:
-    """Return how many of the selected tasks are in the segment now."""
-    return len(get_backend(alias).in_segment(queue_name, segment, task_ids))
-
-
-def count_view(alias: str, queue_name: str, segment: Segment, where: Filter = NO_FILTER) -> int:
-    """Return how many tasks a (possibly filtered) segment view holds now."""
-    return page(alias, queue_name, segment, 0, 1, where).total
-
-
-def requeue(alias: str, task_id: str) -> bool:
-    """Requeue one task by id, keeping its stored payload as it is (it may be unreadable)."""
-    return get_backend(alias).requeue(task_id)
-
-
-def requeue_selected(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
-    """Requeue the selected tasks of a segment in one script; return the ids that moved."""
-    return get_backend(alias).requeue_many(queue_name, segment=segment, task_ids=task_ids)
-
-
-def requeue_view(alias: str, queue_name: str, segment: Segment, where: Filter = NO_FILTER) -> list[str]:
-    """Requeue every task of a (possibly filtered) segment view, one script per window; return the ids."""
-    return get_backend(alias).requeue_matching(queue_name, segment=segment, needles=where.needles)
-
-
-def delete(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
-    """Delete those selected tasks still in the segment, with their data and results, in one script."""
-    return get_backend(alias).delete_many(queue_name, segment=segment, task_ids=task_ids)
-
-
-def purge(alias: str, queue_name: str, segment: Segment) -> int:
-    """Delete a whole segment and the task data it owns; return how many tasks were removed."""
-    return get_backend(alias).purge(queue_name, segment=segment)
 
 
 # -- overview --------------------------------------------------------------------------

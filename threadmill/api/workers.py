@@ -60,10 +60,15 @@ class WorkerSnapshot:
         return None if self.started_at is None else max(0.0, now - self.started_at)
 
 
+#: Largest magnitude a snapshot's number may have; anything past it is read as missing.
+MAX_TELEMETRY_NUMBER = 2**63
+
+
 def _number(event: dict, *names: str, default: float = 0) -> float:
     for name in names:
         value = event.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        # JSON allows Infinity, NaN and 400-digit numbers, which int() or a template cannot take.
+        if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < MAX_TELEMETRY_NUMBER:
             return value
     return default
 
@@ -164,7 +169,7 @@ class TelemetryHub:
         """Apply one telemetry message; return the kind of change, None for a message it cannot read."""
         try:
             event = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting exhausts the parser's recursion limit
             logger.warning("Ignoring a telemetry message that is not JSON: %r", payload[:200])
             return None
         if not isinstance(event, dict):

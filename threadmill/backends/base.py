@@ -54,6 +54,14 @@ UNREADABLE_PAYLOAD_ERRORS: tuple[type[Exception], ...] = (
 
 
 @dataclass(frozen=True, slots=True)
+class PausedQueue:
+    """Who paused a queue, and since when (the server's clock)."""
+
+    by: str
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class UnreadableTask:
     """A stored task whose payload this code cannot read, kept exactly as stored."""
 

@@ -49,6 +49,8 @@ class RedisBroker:
         self.queue_names = queue_names
         #: Monotonic time the next deferred task falls due, as of the last mover pass; None when none is deferred.
         self.next_due_at: float | None = None
+        #: Each schedule's latest tick this broker has handed to the enqueue guard.
+        self._ticks_seen: dict[str, datetime] = {}
         #: Monotonic time since which every pass reached the server; None after a failure.
         self._reachable_since: float | None = None
 
@@ -74,7 +76,9 @@ class RedisBroker:
         recovering = self._trusts_heartbeats(time.monotonic())
         try:
             promoted = self.move_all()
+            self.run_schedules()
             for queue_name in self.queues():
+                self.backend.scripts.sample_latency(queue_name)
                 reaped += self.reap(queue_name)
                 if recovering:
                     reaped += self.recover(queue_name)
@@ -89,6 +93,23 @@ class RedisBroker:
             self._reachable_since = now
         options = self.backend.options
         return now - self._reachable_since >= options.worker_timeout + options.socket_timeout
+
+    def run_schedules(self) -> int:
+        """Enqueue each schedule's latest tick unless a broker already did; return how many this one enqueued."""
+        if not self.backend.schedules:
+            return 0
+        now = self.backend.server_time()
+        enqueued = 0
+        for schedule in self.backend.schedules:
+            tick = schedule.latest_tick(now)
+            if self._ticks_seen.get(schedule.name) == tick:
+                continue
+            result = self.backend.enqueue_scheduled(schedule, tick)
+            self._ticks_seen[schedule.name] = tick
+            if result is not None:
+                logger.info("Schedule %s: enqueued task %s for %s.", schedule.name, result.id, tick.isoformat())
+                enqueued += 1
+        return enqueued
 
     def move_all(self) -> int:
         """Run the mover over every queue and note when the next deferred task falls due; return how many moved."""

@@ -13,11 +13,13 @@ import logging
 import os
 import socket
 import time
+import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import redis
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
@@ -27,6 +29,7 @@ from django.utils.json import normalize_json
 from redis.cluster import RedisCluster
 
 from ..exceptions import BackendConnectionError, UnreadableTaskError
+from ..schedules import Schedule, parse_schedules
 from . import codec
 from .aio import AsyncClients
 from .base import (
@@ -105,6 +108,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         if not isinstance(self.cluster, bool):
             raise ImproperlyConfigured(f"TASKS[{alias!r}]['CLUSTER'] must be True or False, not {self.cluster!r}.")
         self.options = parse_options(alias, params.get("OPTIONS", {}))
+        self.schedules = parse_schedules(alias, params.get("SCHEDULE"), zoneinfo.ZoneInfo(settings.TIME_ZONE or "UTC"))
         self.keys = KeySchema(alias)
         self._client: redis.Redis | RedisCluster | None = None
         self._scripts: RedisScripts | None = None
@@ -168,6 +172,24 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         await self.aio.run(self.scripts.enqueue_script, keys, script_args)
         result = self._new_result(task, prepared)
         await task_enqueued.asend(type(self), task_result=result)
+        return result
+
+    def enqueue_scheduled(self, schedule: Schedule, tick: datetime | None) -> ThreadmillTaskResult | None:
+        """Enqueue one run of `schedule` for `tick` unless a run for it (or a later tick) was enqueued already.
+
+        The check and the enqueue are one script call, so any number of brokers enqueue a tick
+        once. `tick` None runs it now (an operator's "run now"), whatever the schedule's state.
+        Returns the result, or None when the guard refused (paused, already enqueued, first sight).
+        """
+        task = schedule.task()
+        self.validate_task(task)
+        prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time())
+        entry = (prepared.id, prepared.payload, prepared.segment, prepared.ready_score, prepared.score)
+        guard = (schedule.name, "" if tick is None else repr(tick.timestamp()))
+        if not self.scripts.enqueue_many(task.queue_name, [entry], int(prepared.now // 60), schedule=guard):
+            return None
+        result = self._new_result(task, prepared)
+        task_enqueued.send(type(self), task_result=result)
         return result
 
     def enqueue_many(
@@ -462,6 +484,12 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         from .checks import check_backend
 
         return check_backend(self)
+
+    @translate_errors
+    def server_time(self) -> datetime:
+        """Return the server's clock (every lease, heartbeat and schedule decision uses it)."""
+        seconds, micros = self.client.time()
+        return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
 
     def ping(self) -> None:
         """Raise BackendConnectionError unless the server answers."""

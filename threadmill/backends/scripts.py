@@ -19,7 +19,7 @@ import redis
 
 from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
 from .base import Segment
-from .keys import THROUGHPUT_COUNTER_TTL_S, KeySchema
+from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
 
 _SEGMENT_ORDER = (
     Segment.READY,
@@ -128,6 +128,10 @@ class RedisScripts:
         self._peek_matching = register(_source("peek_matching"))
         self._requeue_many = register(_source("requeue_many"))
         self._heartbeat = register(_source("heartbeat"))
+        self._pause = register(_source("pause"))
+        self._take_control = register(_source("take_control"))
+        self._sample_latency = register(_source("sample_latency"))
+        self._resume = register(_source("resume"))
         self._claim_abandoned = register(_source("claim_abandoned"))
         self._release = register(_source("release"))
         self._release_unanswered = register(_source("release_unanswered"))
@@ -213,13 +217,16 @@ class RedisScripts:
         entries: Sequence[tuple[str, str, Segment, str, str]],
         minute: int,
         durable_within_s: float | None = None,
+        schedule: tuple[str, str] = ("", ""),
     ) -> int:
         """Store (task id, payload, segment, ready score, score) entries of one queue in one call; return how many.
+
+        `schedule` is (name, tick or "" for run-now) for a scheduled run: 0 when its guard refused it.
 
         With `durable_within_s`, return only once they are in the append-only file; raises
         DurableEnqueueError when the server cannot confirm that within the time.
         """
-        keys, args = self.enqueue_call(queue_name, entries, minute)
+        keys, args = self.enqueue_call(queue_name, entries, minute, schedule)
         if durable_within_s is None:
             return self._run(self._enqueue, keys=keys, args=args)
         stored, synced = self._run_durably(self._enqueue, keys=keys, args=args, wait_s=durable_within_s)
@@ -232,12 +239,22 @@ class RedisScripts:
         return stored
 
     def enqueue_call(
-        self, queue_name: str, entries: Sequence[tuple[str, str, Segment, str, str]], minute: int
+        self,
+        queue_name: str,
+        entries: Sequence[tuple[str, str, Segment, str, str]],
+        minute: int,
+        schedule: tuple[str, str] = ("", ""),
     ) -> tuple[list[str], list[Any]]:
         """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
         k = self.keys
-        keys = [k.queues(), k.throughput(queue_name, "ingress", minute), k.wake(queue_name)]
-        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S, self.sharded_flag]
+        keys = [
+            k.queues(),
+            k.throughput(queue_name, "ingress", minute),
+            k.wake(queue_name),
+            k.schedules(),
+            k.totals(queue_name),
+        ]
+        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S, *schedule, self.sharded_flag]
         for task_id, payload, segment, ready_score, score in entries:
             keys += [k.task(task_id), k.segment(queue_name, segment)]
             args += [task_id, payload, segment.value, ready_score, score]
@@ -254,7 +271,10 @@ class RedisScripts:
         keys += [k.segment(q, Segment.RUNNING) for q in queue_names]
         keys.append(k.task_prefix())
         keys += [k.wake(q) for q in queue_names]
-        return self._run(self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base])
+        keys.append(k.paused())
+        return self._run(
+            self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base, *queue_names]
+        )
 
     @translate_errors
     def acknowledge(
@@ -262,17 +282,22 @@ class RedisScripts:
     ) -> list:
         """Acknowledge (task id, queue, lease token, document, finished segment) entries; 1 or 0 each."""
         k = self.keys
+        queues = list(dict.fromkeys(entry[1] for entry in entries))
+        index = {name: j for j, name in enumerate(queues, 1)}
         keys: list[str] = []
-        args: list[Any] = [int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), self.sharded_flag]
+        for name in queues:
+            keys += [k.throughput(name, "egress", minute), k.throughput(name, "failed", minute), k.totals(name)]
+        args: list[Any] = [
+            int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), self.sharded_flag, len(queues), *queues
+        ]  # fmt: skip
         for task_id, queue_name, token, document, segment in entries:
             keys += [
                 k.task(task_id),
                 k.result(task_id),
                 k.segment(queue_name, Segment.RUNNING),
                 k.segment(queue_name, segment),
-                k.throughput(queue_name, "egress", minute),
             ]
-            args += [token, document, segment.value, queue_name]
+            args += [token, document, segment.value, index[queue_name]]
         return self._run(self._acknowledge, keys=keys, args=args)
 
     @translate_errors
@@ -490,3 +515,27 @@ class RedisScripts:
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()
             raise
+
+    @translate_errors
+    def pause(self, queue_name: str, by: str) -> int:
+        return self._run(self._pause, keys=[self.keys.paused()], args=[queue_name, by])
+
+    @translate_errors
+    def resume(self, queue_name: str) -> int:
+        k = self.keys
+        return self._run(
+            self._resume, keys=[k.paused(), k.segment(queue_name, Segment.READY), k.wake(queue_name)], args=[queue_name]
+        )
+
+    @translate_errors
+    def take_control(self, workers: Sequence[str]) -> list:
+        return self._run(self._take_control, keys=[self.keys.control()], args=list(workers))
+
+    @translate_errors
+    def sample_latency(self, queue_name: str) -> int:
+        k = self.keys
+        return self._run(
+            self._sample_latency,
+            keys=[k.segment(queue_name, Segment.READY), k.throughput_prefix(queue_name, "latency")],
+            args=[THROUGHPUT_COUNTER_TTL_S, PRIORITY_BAND],
+        )

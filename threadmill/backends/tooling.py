@@ -13,26 +13,31 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.tasks import TaskResult
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..outcome import record_abandoned
 from . import codec
-from .base import UNREADABLE_PAYLOAD_ERRORS, Page, Segment, ThreadmillTaskResult, UnreadableTask
+from .base import UNREADABLE_PAYLOAD_ERRORS, Page, PausedQueue, Segment, ThreadmillTaskResult, UnreadableTask
 from .keys import PRIORITY_BAND, TASK_FIELDS
 from .scripts import translate_errors
 
 if TYPE_CHECKING:
     import redis
 
+    from ..schedules import Schedule
     from .keys import KeySchema
     from .options import BackendOptions
     from .scripts import RedisScripts
 
 logger = logging.getLogger("threadmill.backend")
 
+#: Longest history a queue keeps, minutes (its per-minute counters live 25 hours).
+HISTORY_MINUTES = 24 * 60
+#: What an operator can ask of a worker process: stop fetching but stay alive, or stop.
+WORKER_COMMANDS = ("quiet", "stop")
 #: Segments listed newest first; the others are listed in the order they are taken.
 NEWEST_FIRST = frozenset({Segment.SUCCESSFUL, Segment.FAILED, Segment.UNREADABLE})
 _FINISHED = frozenset({Segment.SUCCESSFUL, Segment.FAILED})
@@ -42,11 +47,16 @@ REQUEUE_ROUNDS = 3
 DELETE_ROUNDS = 3
 
 
+def _epoch(value: bytes | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(float(value), UTC)
+
+
 class RedisTooling:
     """Paging, counting, requeueing in bulk, deleting and purging the segments of queues."""
 
     keys: KeySchema
     options: BackendOptions
+    schedules: tuple[Schedule, ...]
     queues: set[str]
     client: redis.Redis
     scripts: RedisScripts
@@ -141,10 +151,96 @@ class RedisTooling:
         return sorted(stored | set(self.queues))
 
     @translate_errors
+    def pause(self, queue_name: str, *, by: str = "") -> bool:
+        """Stop workers acquiring the queue's tasks (enqueues still land); False when it was paused already."""
+        return bool(self.scripts.pause(queue_name, by))
+
+    def resume(self, queue_name: str) -> bool:
+        """Let workers acquire the queue's tasks again; False when it was not paused."""
+        return bool(self.scripts.resume(queue_name))
+
+    @translate_errors
+    def paused_queues(self) -> dict[str, PausedQueue]:
+        """Return every paused queue with who paused it and since when."""
+        paused = {}
+        for name, raw in self.client.hgetall(self.keys.paused()).items():
+            document = json.loads(raw)
+            paused[name.decode()] = PausedQueue(str(document["by"]), datetime.fromtimestamp(document["since"], UTC))
+        return paused
+
     @translate_errors
     def worker_heartbeats(self) -> dict[str, float]:
         """Return every worker process that sent a heartbeat and not its goodbye: name -> last heartbeat, epoch s."""
         return {name.decode(): score for name, score in self.client.zrange(self.keys.workers(), 0, -1, withscores=True)}
+
+    @translate_errors
+    def schedule_states(self) -> dict[str, dict[str, Any]]:
+        """Return each schedule's stored state: last tick and task, when it was enqueued, and who paused it."""
+        raw = {field.decode(): value for field, value in self.client.hgetall(self.keys.schedules()).items()}
+        states: dict[str, dict[str, Any]] = {}
+        for schedule in self.schedules:
+            name = schedule.name
+            paused = raw.get(f"{name}:paused")
+            states[name] = {
+                "last_tick": _epoch(raw.get(f"{name}:tick")),
+                "last_task": codec.text(raw.get(f"{name}:task")) or None,
+                "last_enqueued_at": _epoch(raw.get(f"{name}:enqueued_at")),
+                "paused": None if paused is None else json.loads(paused),
+            }
+        return states
+
+    @translate_errors
+    def pause_schedule(self, name: str, *, by: str = "") -> bool:
+        """Stop enqueueing a schedule's runs (stored in Redis, not settings); False when it was paused already."""
+        document = json.dumps({"by": by, "since": time.time()})
+        return bool(self.client.hsetnx(self.keys.schedules(), f"{name}:paused", document))
+
+    @translate_errors
+    def resume_schedule(self, name: str) -> bool:
+        """Enqueue a paused schedule's runs again, from its next tick; False when it was not paused."""
+        return bool(self.client.hdel(self.keys.schedules(), f"{name}:paused"))
+
+    @translate_errors
+    def send_control(self, workers: Sequence[str], command: str, *, by: str = "") -> None:
+        """Ask the supervisors of `workers` to make them quiet or stop; the command waits in Redis until taken."""
+        if command not in WORKER_COMMANDS:
+            raise ValueError(f"Unknown worker command {command!r}; expected one of {', '.join(WORKER_COMMANDS)}.")
+        if workers:
+            document = json.dumps({"command": command, "by": by, "at": time.time()})
+            self.client.hset(self.keys.control(), mapping=dict.fromkeys(workers, document))
+
+    @translate_errors
+    def pending_control(self) -> dict[str, dict[str, Any]]:
+        """Return the commands not yet taken by a supervisor: worker name -> {"command", "by", "at"}."""
+        return {name.decode(): json.loads(raw) for name, raw in self.client.hgetall(self.keys.control()).items()}
+
+    def take_control(self, workers: Sequence[str]) -> dict[str, str]:
+        """Take (and remove) the pending commands of `workers`: worker name -> "quiet" or "stop"."""
+        if not workers:
+            return {}
+        reply = self.scripts.take_control(workers)
+        return {reply[i].decode(): json.loads(reply[i + 1])["command"] for i in range(0, len(reply), 2)}
+
+    @translate_errors
+    def live_workers(self) -> list[dict[str, Any]]:
+        """Return the last heartbeat document of each live worker process, with `heartbeat_age_s` added.
+
+        Live means its heartbeat is at most `worker_timeout` old by the server's clock.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(self.keys.workers(), 0, -1, withscores=True)
+        (seconds, micros), entries = pipe.execute()
+        now = seconds + micros / 1e6
+        ages = {name.decode(): now - beat for name, beat in entries if now - beat <= self.options.worker_timeout}
+        if not ages:
+            return []
+        documents = self.client.mget([self.keys.worker(name) for name in ages])
+        return [
+            {**json.loads(raw), "worker": name, "heartbeat_age_s": round(age, 3)}
+            for (name, age), raw in zip(ages.items(), documents, strict=True)
+            if raw is not None
+        ]
 
     @translate_errors
     def worker_document(self, name: str) -> dict | None:
@@ -181,6 +277,38 @@ class RedisTooling:
             oldest = min((int(score) % PRIORITY_BAND for _, score in rows), default=None)
             out[name] = None if oldest is None else datetime.fromtimestamp(oldest / 1000, UTC)
         return out
+
+    @translate_errors
+    def history(self, queue_name: str, *, minutes: int = 60, now: float | None = None) -> dict[str, list]:
+        """Return a queue's per-minute history, oldest first, up to 24 hours.
+
+        Series: tasks `enqueued`, `finished` (either outcome), `failed`, and `latency_s`, the oldest
+        ready task's largest age sampled by a broker that minute (None where none was sampled).
+        """
+        minutes = max(1, min(minutes, HISTORY_MINUTES))
+        current = int((time.time() if now is None else now) // 60)
+        span = range(current - minutes + 1, current + 1)
+        series = ("ingress", "egress", "failed", "latency")
+        values = self.client.mget([self.keys.throughput(queue_name, name, m) for name in series for m in span])
+        enqueued, finished, failed, latency = (values[i * minutes : (i + 1) * minutes] for i in range(len(series)))
+        return {
+            "enqueued": [int(v or 0) for v in enqueued],
+            "finished": [int(v or 0) for v in finished],
+            "failed": [int(v or 0) for v in failed],
+            "latency_s": [None if v is None else int(v) / 1000 for v in latency],
+        }
+
+    @translate_errors
+    def totals(self) -> dict[str, dict[str, int]]:
+        """Return each queue's monotonic counters since first use: enqueued, finished (any outcome), failed."""
+        names = self.queue_names()
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(self.keys.totals(name), ("enqueued", "finished", "failed"))
+        return {
+            name: dict(zip(("enqueued", "finished", "failed"), (int(v or 0) for v in row), strict=True))
+            for name, row in zip(names, pipe.execute(), strict=True)
+        }
 
     @translate_errors
     def throughput(self, queue_name: str, *, minutes: int = 60, now: float | None = None) -> dict[str, list[int]]:

@@ -9,4 +9,9 @@ A subcommand module defines `HELP` (one line), `add_arguments(parser)` and
 SUBCOMMANDS: dict[str, str] = {
     "worker": "threadmill.cli.worker",
     "run": "threadmill.cli.run",
+    "status": "threadmill.cli.status",
+    "pause": "threadmill.cli.pause",
+    "resume": "threadmill.cli.resume",
+    "quiet": "threadmill.cli.quiet",
+    "stop": "threadmill.cli.stop",
 }

@@ -9,12 +9,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 
-from ..exceptions import BackendConnectionError
 from ..logs import LOG_FORMATS, configure
 from ..worker.config import (
     DEFAULT_PREFETCH_PER_THREAD,
@@ -23,6 +21,7 @@ from ..worker.config import (
     default_process_count,
 )
 from ..worker.supervisor import Supervisor
+from .common import add_backend_argument, known_queues, threadmill_backend
 
 HELP = "Run a pool of worker processes that run the tasks of one backend's queues."
 
@@ -58,13 +57,7 @@ def _queue_list(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-b",
-        "--backend",
-        default="default",
-        metavar="ALIAS",
-        help="Alias of the task backend in TASKS (default: default).",
-    )
+    add_backend_argument(parser)
     parser.add_argument(
         "-q",
         "--queues",
@@ -145,10 +138,15 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     """Validate the options against the backend, then run the pool; return its exit code."""
     if options["max_tasks_jitter"] and options["max_tasks"] is None:
         raise CommandError("--max-tasks-jitter needs --max-tasks.")
-    backend = _backend(options["backend"])
+    backend = threadmill_backend(options["backend"])
+    for schedule in backend.schedules:
+        try:
+            schedule.task()
+        except ImproperlyConfigured as e:
+            raise CommandError(str(e)) from None
     config = WorkerConfig(
         backend=options["backend"],
-        queues=tuple(_queues(backend, options["queues"])),
+        queues=tuple(known_queues(backend, options["queues"])),
         processes=options["workers"],
         threads=options["threads"],
         prefetch_count=options["prefetch_count"],
@@ -175,29 +173,3 @@ def _exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _backend(alias: str):
-    try:
-        backend = task_backends[alias]
-    except InvalidTaskBackend:
-        raise CommandError(
-            f"Unknown task backend {alias!r}; TASKS defines {', '.join(sorted(task_backends.settings))}."
-        ) from None
-    if not hasattr(backend, "acquire"):
-        raise CommandError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")
-    try:
-        backend.ping()
-    except BackendConnectionError as e:
-        raise CommandError(str(e)) from None
-    return backend
-
-
-def _queues(backend, requested: list[str] | None) -> list[str]:
-    known = backend.queue_names()
-    if not requested:
-        return known
-    unknown = [name for name in dict.fromkeys(requested) if name not in known]
-    if unknown:
-        raise CommandError(f"Unknown queue(s) {', '.join(unknown)}; backend {backend.alias!r} has {', '.join(known)}.")
-    return list(dict.fromkeys(requested))

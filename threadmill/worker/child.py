@@ -29,8 +29,10 @@ logger = logging.getLogger("threadmill.worker")
 PARENT_CHECK_INTERVAL_S = 1.0
 
 
-#: The signals that stop a worker process; the supervisor blocks them while it forks.
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+#: The signal that makes a worker process quiet (the supervisor sends it on an operator's "quiet").
+QUIET_SIGNAL = signal.SIGUSR1
+#: The signals a worker process handles; the supervisor blocks them while it forks, so none is lost.
+HANDLED_SIGNALS = {signal.SIGTERM, signal.SIGINT, QUIET_SIGNAL}
 
 
 def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
@@ -46,7 +48,7 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
     backend = task_backends.create_connection(config.backend)
     process = WorkerProcess(backend, config, default_worker_name())
     _install_signal_handlers(process)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
     telemetry = TelemetryPublisher(process)
     started = time.process_time(), time.monotonic()
     process.start()
@@ -88,8 +90,16 @@ def _install_signal_handlers(process: WorkerProcess) -> None:
             process.config.shutdown_timeout,
         )
 
+    def quiet(signum: int, frame) -> None:
+        if process.quiet():
+            logger.info(
+                "Worker process %s is quiet: it fetches no more tasks and finishes what it holds.", process.name
+            )
+            _wake(process)
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(QUIET_SIGNAL, quiet)
 
 
 def _wake(process: WorkerProcess) -> None:

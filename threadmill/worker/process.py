@@ -13,7 +13,9 @@ The process moves through these phases (`Phase`); `_enter` is the only place tha
 
 - FETCHING -> DRAINING: the `--max-tasks` budget is spent, or `--exit-empty` found nothing ready.
   Everything buffered still runs.
-- FETCHING or DRAINING -> STOPPING: `stop()` (SIGTERM, or the supervisor is gone). Buffered
+- FETCHING -> QUIET: `quiet()` (an operator's "quiet"). Nothing more is fetched; what is buffered
+  and running finishes and is acknowledged; the process stays alive until it is stopped.
+- FETCHING, QUIET or DRAINING -> STOPPING: `stop()` (SIGTERM, or the supervisor is gone). Buffered
   tasks are handed back to ready at once, with no attempt recorded; running tasks may finish
   until the shutdown deadline.
 - DRAINING or STOPPING -> STOPPED: nothing is buffered, running or waiting to be acknowledged.
@@ -79,6 +81,7 @@ class Phase(enum.Enum):
     """Where a worker process is in its life; see the module docstring for the transitions."""
 
     FETCHING = "fetching"
+    QUIET = "quiet"
     DRAINING = "draining"
     STOPPING = "stopping"
     STOPPED = "stopped"
@@ -173,6 +176,14 @@ class WorkerProcess:
                 return False
             self._shutdown_at = time.monotonic() + self.config.shutdown_timeout
             self._enter(Phase.STOPPING)
+            return True
+
+    def quiet(self) -> bool:
+        """Stop fetching for good but keep running what is held, and stay alive; False unless it was fetching."""
+        with self._lock:
+            if self.phase is not Phase.FETCHING:
+                return False
+            self._enter(Phase.QUIET)
             return True
 
     @property
@@ -453,7 +464,7 @@ class WorkerProcess:
     def _wait_for_tasks(self) -> bool:
         """Wait, holding the lock, until a task is buffered; False once none will come."""
         while not self.buffer:
-            if self.phase is not Phase.FETCHING:
+            if self.phase not in (Phase.FETCHING, Phase.QUIET):
                 return False
             self._has_work.notify()
             self._has_tasks.wait()

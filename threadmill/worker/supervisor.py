@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import time
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ from django.db import connections
 
 from ..backends.redis import RedisBroker
 from ..exceptions import ServerUnreachable
-from .child import STOP_SIGNALS, run_worker_process
+from .child import HANDLED_SIGNALS, QUIET_SIGNAL, run_worker_process
 from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, WorkerConfig
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("threadmill.supervisor")
 
+#: This host's name, as worker process names (`host:pid`) carry it.
+HOST = socket.gethostname()
 #: First pause before respawning a worker process that died young, seconds.
 RESPAWN_PAUSE_S = 0.1
 #: Longest pause before respawning a worker process that keeps dying young, seconds.
@@ -54,6 +57,8 @@ class Supervisor:
         self.stopping = False
         self.interrupted = False
         self._kill_at = float("inf")
+        #: Slots whose process an operator stopped: they are not refilled.
+        self._retired: set[int] = set()
         self._respawn_at: dict[int, float] = {}
         self._pause = RESPAWN_PAUSE_S
         self._next_broker_pass = 0.0
@@ -88,7 +93,7 @@ class Supervisor:
     def _turn(self, wake_read: int) -> None:
         now = time.monotonic()
         if not self.stopping and now >= self._next_broker_pass:
-            self._broker_pass(self.broker.run_once)
+            self._broker_pass(self._full_pass)
             self._next_broker_pass = time.monotonic() + self.backend.options.broker_interval
         elif not self.stopping and self.broker.next_due_at is not None and now >= self.broker.next_due_at:
             # Deferred tasks start on time, not at the next full pass: the mover alone runs when one falls due.
@@ -113,6 +118,24 @@ class Supervisor:
             os.read(wake_read, 512)
         self._collect()
 
+    def _full_pass(self) -> None:
+        self.broker.run_once()
+        self._obey_operators()
+
+    def _obey_operators(self) -> None:
+        """Carry out the quiet and stop commands operators left in Redis for this pool's processes."""
+        slots = {f"{HOST}:{process.pid}": slot for slot, (process, _) in self.children.items() if process.pid}
+        for name, command in self.backend.take_control(list(slots)).items():
+            slot = slots[name]
+            pid = self.children[slot][0].pid
+            if command == "stop":
+                logger.info("An operator stops worker process %s; it is not replaced.", name)
+                self._retired.add(slot)
+                os.kill(pid, signal.SIGTERM)
+            else:
+                logger.info("An operator quiets worker process %s.", name)
+                os.kill(pid, QUIET_SIGNAL)
+
     def _broker_pass(self, run) -> None:
         try:
             run()
@@ -136,11 +159,11 @@ class Supervisor:
         process = self._context.Process(
             target=run_worker_process, args=(self.config, os.getpid()), name=f"threadmill-worker-{slot}"
         )
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
         try:
             process.start()
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
         self.children[slot] = (process, time.monotonic())
 
     def _collect(self) -> None:
@@ -150,7 +173,7 @@ class Supervisor:
             process.join()
             del self.children[slot]
             code, lived = process.exitcode, time.monotonic() - born
-            if self.stopping or (self.config.exit_empty and code == 0):
+            if self.stopping or slot in self._retired or (self.config.exit_empty and code == 0):
                 continue
             self._schedule_respawn(slot, process.pid, code, lived)
 

@@ -5,11 +5,13 @@
 -- KEYS[2n+1]    (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
 -- KEYS[2n+2..3n+1] (list) the matching wake lists: when a full batch leaves tasks behind, a
 --               token is passed on so one more idle worker wakes (a chain, not a herd)
+-- KEYS[3n+2]    (hash)   paused queues: a paused queue is skipped in this same call
 -- ARGV[1] (number) n, the number of queues
 -- ARGV[2] (number) count, the most tasks to lease
 -- ARGV[3] (string) worker holding the lease
 -- ARGV[4] (number) lease time to live, seconds
 -- ARGV[5] (string) fencing token base; each lease's token is base .. ':' .. i, unique per lease
+-- ARGV[6..5+n] (string) the queue names, in KEYS order
 -- Returns: {server_seconds, server_microseconds, id1, data1, started_at1, token1, queue_index1, id2, ...}
 local n = tonumber(ARGV[1])
 local count = tonumber(ARGV[2])
@@ -49,19 +51,23 @@ local function lease(id, q)
   out[#out + 1] = q
 end
 
+local paused = redis.call('HMGET', KEYS[3 * n + 2], unpack(ARGV, 6, 5 + n))
+
 local function pass_the_token_on()
   for q = 1, n do
-    if redis.call('ZCARD', KEYS[q]) > 0 then
-      local wake = KEYS[2 * n + 1 + q]
-      if redis.call('LLEN', wake) == 0 then
-        redis.call('LPUSH', wake, '1')
-      end
+    -- The wake list first: during a drain a token nobody took is still there, and that ends it.
+    local wake = KEYS[2 * n + 1 + q]
+    if not paused[q] and redis.call('LLEN', wake) == 0 and redis.call('ZCARD', KEYS[q]) > 0 then
+      redis.call('LPUSH', wake, '1')
       return
     end
   end
 end
 
 if n == 1 then
+  if paused[1] then
+    return out
+  end
   local popped = redis.call('ZPOPMIN', KEYS[1], count)
   for i = 1, #popped, 2 do
     lease(popped[i], 1)
@@ -73,8 +79,13 @@ if n == 1 then
 end
 
 local live = {}
-for q = 1, n do live[q] = true end
-local remaining = n
+local remaining = 0
+for q = 1, n do
+  live[q] = not paused[q]
+  if live[q] then
+    remaining = remaining + 1
+  end
+end
 while leased < count and remaining > 0 do
   for q = 1, n do
     if live[q] and leased < count then

@@ -12,7 +12,7 @@
 -- KEYS[4] (zset)   the source segment (deferred, running, successful, failed or unreadable)
 -- KEYS[5] (zset)   worker names by last heartbeat, server epoch seconds
 -- KEYS[6] (list)   the queue's wake list: one token wakes an idle worker when tasks moved
--- ARGV[1] (string) the source segment's name; a task hash naming another segment is left alone
+-- ARGV[1] (string) the source segment's name; a task in another segment or queue is left alone
 -- ARGV[2] (string) "1" to move a running task even when its lease is live
 -- ARGV[3] (number) worker timeout, seconds
 -- ARGV[4] (number) k, the number of needles
@@ -60,7 +60,8 @@ for i = 5 + k, #ARGV, 3 do
   local id, token, document = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local key = KEYS[1] .. id
   local f = redis.call('HMGET', key, 'segment', 'score', 'lease_token', 'lease_worker')
-  if f[1] == source and matches(key, id) then
+  -- In this queue's segment, not merely a segment of that name: a task is in one queue only.
+  if f[1] == source and redis.call('ZSCORE', KEYS[4], id) and matches(key, id) then
     if source == 'running' and (token == '' or f[3] ~= token) then
       refused[#refused + 1] = id
     elseif source ~= 'running' or force or not live(id, f[4]) then

@@ -1,0 +1,49 @@
+"""`manage.py threadmill quiet|stop` carried through Redis to a real pool's supervisor."""
+
+from __future__ import annotations
+
+from django.tasks import task_backends
+
+from tests import tasks
+from tests.cli.test_status import threadmill
+from tests.worker.conftest import start_worker, wait_until  # noqa: F401 - the fixture
+
+
+def _states(backend) -> dict[str, str]:
+    return {w["worker"]: w["state"] for w in backend.live_workers()}
+
+
+def test_a_quiet_worker_takes_no_new_task_and_stays_alive(start_worker):
+    backend = task_backends["default"]
+    worker = start_worker("-w", "2", "-q", "default")
+    names = wait_until(lambda: len(_states(backend)) == 2 and sorted(_states(backend)), "two workers beat")
+    quiet, busy = names
+
+    done = threadmill("quiet", quiet)
+
+    assert done.returncode == 0 and f"to quiet: {quiet}" in done.stdout
+    wait_until(lambda: _states(backend).get(quiet) == "quiet", "the worker reports quiet")
+    results = [tasks.echo.enqueue(i) for i in range(20)]
+    wait_until(lambda: all(backend.get_result(r.id).status == "SUCCESSFUL" for r in results), "every task ran")
+    assert {backend.get_result(r.id).worker_ids[0] for r in results} == {busy}
+    assert _states(backend)[quiet] == "quiet"
+    assert worker.process.poll() is None
+
+
+def test_stop_all_stops_every_process_and_the_pool_exits(start_worker):
+    backend = task_backends["default"]
+    worker = start_worker("-w", "2", "-q", "default")
+    wait_until(lambda: len(_states(backend)) == 2, "two workers beat")
+
+    assert threadmill("stop", "--all").returncode == 0
+
+    assert worker.process.wait(30) == 0
+    assert backend.live_workers() == []
+    assert "is not replaced" in worker.output
+
+
+def test_naming_a_worker_that_is_not_live_is_a_one_line_error():
+    done = threadmill("stop", "nohost:1")
+    assert done.returncode == 1
+    assert "No live worker process nohost:1" in done.stderr
+    assert "Traceback" not in done.stderr

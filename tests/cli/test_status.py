@@ -1,0 +1,79 @@
+"""`manage.py threadmill status`, `pause` and `resume` as real commands against the session's server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from django.tasks import task_backends
+
+from tests import tasks
+from tests.worker.conftest import ROOT, worker_env
+
+
+def threadmill(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", "threadmill", *args],
+        cwd=ROOT,
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _status() -> tuple[int, dict]:
+    done = threadmill("status", "--json")
+    return done.returncode, json.loads(done.stdout)
+
+
+def _queue(status: dict, name: str) -> dict:
+    return next(q for q in status["queues"] if q["queue"] == name)
+
+
+def test_status_exits_1_when_ready_tasks_have_no_live_worker():
+    tasks.echo.enqueue(1)
+    code, status = _status()
+    assert code == 1
+    default = _queue(status, "default")
+    assert (default["ready"], default["workers"], default["unserved"]) == (1, 0, True)
+    assert default["latency_s"] >= 0
+    assert status["workers"] == []
+
+
+def test_status_lists_a_live_worker_and_exits_0_when_it_serves_the_queue():
+    backend = task_backends["default"]
+    tasks.echo.enqueue(1)
+    backend.heartbeat("host:42", {"type": "worker", "state": "running", "queues": ["default"], "threads": 2})
+
+    code, status = _status()
+
+    assert code == 0
+    assert _queue(status, "default")["workers"] == 1
+    [worker] = status["workers"]
+    assert (worker["worker"], worker["threads"]) == ("host:42", 2)
+    assert 0 <= worker["heartbeat_age_s"] < 5
+    text = threadmill("status").stdout
+    assert "host:42" in text and "default" in text
+
+
+def test_a_paused_queue_shows_who_paused_it_and_does_not_fail_the_status():
+    tasks.echo.enqueue(1)
+    assert "Paused queue 'default'" in threadmill("pause", "default").stdout
+
+    code, status = _status()
+
+    assert code == 0
+    assert "(command line)" in _queue(status, "default")["paused"]["by"]
+    assert "paused by" in threadmill("status").stdout
+    assert "Resumed queue 'default'" in threadmill("resume", "default").stdout
+    assert _queue(_status()[1], "default")["paused"] is None
+
+
+def test_pausing_an_unknown_queue_is_a_one_line_error_naming_it():
+    done = threadmill("pause", "nosuch")
+    assert done.returncode == 1
+    assert "Unknown queue(s) nosuch" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,100 @@
+"""Console actions on tasks: count what an action would touch, then requeue, delete or purge it.
+
+Each action that touches several tasks is one Lua script (or one script per bounded window),
+so a crash cannot lose a task between two writes. Requeueing from the running segment is
+guarded: without `force`, a task whose lease is current and whose worker is not known dead
+is skipped, inside the backend's script, because requeueing it would run it twice at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..backends.base import Segment, UnreadableTask
+from .queues import NO_FILTER, Filter, get_backend, page, task
+
+#: Most tasks of a running view whose leases are read to tell which a requeue would skip.
+LIVE_LEASE_CHECK_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """What a requeue did: the ids it moved, and the running ids it skipped because their workers are alive."""
+
+    moved: list[str]
+    skipped: list[str] = field(default_factory=list)
+
+
+def count_selected(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> int:
+    """Return how many of the selected tasks are in the segment now."""
+    return len(get_backend(alias).in_segment(queue_name, segment, task_ids))
+
+
+def count_view(alias: str, queue_name: str, segment: Segment, where: Filter = NO_FILTER) -> int:
+    """Return how many tasks a (possibly filtered) segment view holds now."""
+    return page(alias, queue_name, segment, 0, 1, where).total
+
+
+def live_in_selection(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
+    """Return the selected tasks a requeue without force skips: running, lease current, worker not known dead."""
+    if segment is not Segment.RUNNING or not task_ids:
+        return []
+    return get_backend(alias).live_leases(queue_name, list(task_ids))
+
+
+def live_in_view(alias: str, queue_name: str, segment: Segment, where: Filter = NO_FILTER) -> list[str]:
+    """Return the tasks of a view a requeue without force skips, among its first `LIVE_LEASE_CHECK_LIMIT`."""
+    if segment is not Segment.RUNNING:
+        return []
+    ids = [item.id for item in page(alias, queue_name, segment, 0, LIVE_LEASE_CHECK_LIMIT, where).items]
+    return live_in_selection(alias, queue_name, segment, ids)
+
+
+def requeue(alias: str, task_id: str, *, force: bool = False) -> Requeued:
+    """Requeue one task by id from the segment it is in, keeping its stored payload (it may be unreadable).
+
+    A running task whose worker is alive and whose lease is current is skipped unless
+    `force`; a ready task, or one that moved meanwhile, is left alone. Raises
+    TaskResultDoesNotExist when there is no such task.
+    """
+    found = task(alias, task_id)
+    queue_name = found.queue_name if isinstance(found, UnreadableTask) else found.task.queue_name
+    if found.segment is None or found.segment is Segment.READY:
+        return Requeued([])
+    return requeue_selected(alias, queue_name, found.segment, [task_id], force=force)
+
+
+def requeue_selected(
+    alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str], *, force: bool = False
+) -> Requeued:
+    """Requeue the selected tasks of a segment in one script; running ones on live workers only with `force`.
+
+    Ids of tasks outside this queue's segment are dropped first: the script checks a task's
+    segment but not its queue, and a task's queue never changes, so this read cannot go stale.
+    """
+    backend = get_backend(alias)
+    task_ids = backend.in_segment(queue_name, segment, task_ids)
+    moved = backend.requeue_many(queue_name, segment=segment, task_ids=task_ids, force=force)
+    if force:
+        return Requeued(moved)
+    left = set(moved)
+    return Requeued(moved, live_in_selection(alias, queue_name, segment, [i for i in task_ids if i not in left]))
+
+
+def requeue_view(
+    alias: str, queue_name: str, segment: Segment, where: Filter = NO_FILTER, *, force: bool = False
+) -> Requeued:
+    """Requeue every task of a (possibly filtered) segment view, one script per window; running ones as above."""
+    moved = get_backend(alias).requeue_matching(queue_name, segment=segment, needles=where.needles, force=force)
+    return Requeued(moved, [] if force else live_in_view(alias, queue_name, segment, where))
+
+
+def delete(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
+    """Delete those selected tasks still in the segment, with their data and results, in one script."""
+    return get_backend(alias).delete_many(queue_name, segment=segment, task_ids=task_ids)
+
+
+def purge(alias: str, queue_name: str, segment: Segment) -> int:
+    """Delete a whole segment and the task data it owns; return how many tasks were removed."""
+    return get_backend(alias).purge(queue_name, segment=segment)

@@ -1,0 +1,119 @@
+"""Reading queues through a backend: which backends and queues exist, a segment's pages, one task.
+
+A page's rows and its total come from one round trip, whatever the segment's depth.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from django.tasks import task_backends
+from django.tasks.exceptions import InvalidTaskBackend
+
+from ..backends.base import Segment
+from ..backends.redis import RedisTaskBackend
+
+#: Most segment entries a filtered view scans; past it, its count is a lower bound.
+FILTER_SCAN_LIMIT = 100_000
+
+# Matched with fullmatch: a `$` anchor would also pass a path with a trailing newline.
+_DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def backend_aliases() -> list[str]:
+    """Return the aliases of every configured threadmill backend, in settings order."""
+    from django.conf import settings
+
+    return [alias for alias in settings.TASKS if isinstance(task_backends[alias], RedisTaskBackend)]
+
+
+def get_backend(alias: str) -> RedisTaskBackend:
+    """Return the threadmill backend of `alias`; LookupError when there is none."""
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        raise LookupError(f"No task backend is configured as {alias!r}.") from None
+    if not isinstance(backend, RedisTaskBackend):
+        raise LookupError(f"The task backend {alias!r} is not a threadmill backend.")  # noqa: TRY004 - a lookup, not a type check
+    return backend
+
+
+def has_queue(alias: str, queue_name: str) -> bool:
+    """Return whether a backend knows the queue (configured, or a task was ever enqueued on it)."""
+    return queue_name in get_backend(alias).queue_names()
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """A segment view's filter: a task path and an error class path, each optional."""
+
+    task_path: str = ""
+    error_class: str = ""
+
+    def __post_init__(self) -> None:
+        for name, value in (("task path", self.task_path), ("error class", self.error_class)):
+            if value and (len(value) > 200 or not _DOTTED_PATH.fullmatch(value)):
+                raise ValueError(f"The {name} filter must be a dotted Python path, such as 'myapp.tasks.send'.")
+
+    def __bool__(self) -> bool:
+        return bool(self.task_path or self.error_class)
+
+    @property
+    def needles(self) -> list[str]:
+        """The exact JSON fragments a matching stored document contains."""
+        out = []
+        if self.task_path:
+            out.append(f'"path":{json.dumps(self.task_path)}')
+        if self.error_class:
+            out.append(f'"exception_class_path":{json.dumps(self.error_class)}')
+        return out
+
+
+#: The filter of an unfiltered view.
+NO_FILTER = Filter()
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPage:
+    """One page of a (possibly filtered) segment: rows, total, and whether the total is exact."""
+
+    items: list
+    total: int
+    exact: bool = True
+
+
+def page(
+    alias: str,
+    queue_name: str,
+    segment: Segment,
+    offset: int,
+    count: int,
+    where: Filter = NO_FILTER,
+    newest_first: bool | None = None,
+) -> SegmentPage:
+    """Return one page of a segment, filtered or not, with its total, in one round trip.
+
+    `newest_first` None keeps the segment's natural order (finished segments newest first).
+    """
+    found, complete = get_backend(alias).peek_matching(
+        queue_name,
+        segment=segment,
+        needles=where.needles,
+        offset=offset,
+        count=count,
+        scan_limit=FILTER_SCAN_LIMIT,
+        newest_first=newest_first,
+    )
+    return SegmentPage(found.items, found.total, complete)
+
+
+def natural_newest_first(segment: Segment) -> bool:
+    """Return whether a segment lists newest first by default (finished and unreadable ones do)."""
+    return segment in (Segment.SUCCESSFUL, Segment.FAILED, Segment.UNREADABLE)
+
+
+def task(alias: str, task_id: str):
+    """Return one task (a task result, or an UnreadableTask); TaskResultDoesNotExist if none."""
+    return get_backend(alias).peek_task(task_id)

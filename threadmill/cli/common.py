@@ -1,0 +1,49 @@
+"""What the subcommands share: finding the backend and the queues a command line names."""
+
+from __future__ import annotations
+
+import argparse
+
+from django.core.management.base import CommandError
+from django.tasks import task_backends
+from django.tasks.exceptions import InvalidTaskBackend
+
+from ..exceptions import BackendConnectionError
+
+
+def add_backend_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-b",
+        "--backend",
+        default="default",
+        metavar="ALIAS",
+        help="Alias of the task backend in TASKS (default: default).",
+    )
+
+
+def threadmill_backend(alias: str):
+    """Return the Threadmill backend of `alias`, reachable; CommandError naming what is wrong otherwise."""
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        raise CommandError(
+            f"Unknown task backend {alias!r}; TASKS defines {', '.join(sorted(task_backends.settings))}."
+        ) from None
+    if not hasattr(backend, "acquire"):
+        raise CommandError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")
+    try:
+        backend.ping()
+    except BackendConnectionError as e:
+        raise CommandError(str(e)) from None
+    return backend
+
+
+def known_queues(backend, requested: list[str] | None) -> list[str]:
+    """Return the requested queues (all when none), or CommandError naming the unknown ones."""
+    known = backend.queue_names()
+    if not requested:
+        return known
+    unknown = [name for name in dict.fromkeys(requested) if name not in known]
+    if unknown:
+        raise CommandError(f"Unknown queue(s) {', '.join(unknown)}; backend {backend.alias!r} has {', '.join(known)}.")
+    return list(dict.fromkeys(requested))

@@ -1,0 +1,31 @@
+"""`manage.py threadmill pause QUEUE`: stop workers taking a queue's tasks; enqueues still land."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from .common import add_backend_argument, known_queues, threadmill_backend
+
+HELP = "Pause a queue: workers take none of its tasks until it is resumed; enqueues still land."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", metavar="QUEUE", help="The queue to pause.")
+    add_backend_argument(parser)
+
+
+def handle(command: BaseCommand, options: dict[str, Any]) -> int:
+    backend = threadmill_backend(options["backend"])
+    [queue_name] = known_queues(backend, [options["queue"]])
+    if backend.pause(queue_name, by=f"{getpass.getuser()} (command line)"):
+        command.stdout.write(f"Paused queue {queue_name!r}: its running tasks finish, no new one starts.")
+    else:
+        paused = backend.paused_queues()[queue_name]
+        command.stdout.write(
+            f"Queue {queue_name!r} was already paused by {paused.by} since {paused.since:%Y-%m-%d %H:%M:%S} UTC."
+        )
+    return 0

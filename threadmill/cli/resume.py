@@ -1,0 +1,27 @@
+"""`manage.py threadmill resume QUEUE`: let workers take a paused queue's tasks again."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from .common import add_backend_argument, known_queues, threadmill_backend
+
+HELP = "Resume a paused queue: workers take its tasks again."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", metavar="QUEUE", help="The queue to resume.")
+    add_backend_argument(parser)
+
+
+def handle(command: BaseCommand, options: dict[str, Any]) -> int:
+    backend = threadmill_backend(options["backend"])
+    [queue_name] = known_queues(backend, [options["queue"]])
+    if backend.resume(queue_name):
+        command.stdout.write(f"Resumed queue {queue_name!r}.")
+    else:
+        command.stdout.write(f"Queue {queue_name!r} was not paused.")
+    return 0
