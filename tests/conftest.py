@@ -59,6 +59,12 @@ def cluster() -> ServerUnderTest:
     return _server("cluster")
 
 
+@pytest.fixture(scope="session")
+def replicated_cluster() -> ServerUnderTest:
+    """A Valkey Cluster of three primaries with one synced replica each, for failover tests; started on first use."""
+    return _server("replicated-cluster")
+
+
 @pytest.fixture
 def on_cluster(cluster, settings):
     """Point this process's `default` task backend at the session's Valkey Cluster for one test; return it."""

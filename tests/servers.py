@@ -58,6 +58,8 @@ def start_server(name: str) -> ServerUnderTest:
     """Start a throwaway server of kind `name` on free ports, without persistence."""
     if name == "cluster":
         return ServerUnderTest(name, ValkeyCluster().start())
+    if name == "replicated-cluster":
+        return ServerUnderTest(name, ValkeyCluster(replicas_per_primary=1).start())
     binary = valkey_binary() if name == "valkey" else shutil.which("redis-server")
     data_dir = tempfile.mkdtemp(prefix=f"threadmill-test-{name}-")
     return ServerUnderTest(name, EmbeddedValkey(data_dir, free_port(), persist=False, binary=binary).start())
