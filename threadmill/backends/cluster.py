@@ -57,9 +57,8 @@ class ClusterScripts(RedisScripts):
         connections = self._connections()
         connection = connections.get(node.name)
         if connection is None:
-            connection = connections[node.name] = self.client.get_redis_connection(
-                node
-            ).connection_pool.make_connection()
+            pool = self.client.get_redis_connection(node).connection_pool
+            connection = connections[node.name] = pool.make_connection()
         return connection
 
     def _refresh(self, error: Exception) -> None:
