@@ -1,15 +1,17 @@
-"""The worker pool on a Valkey Cluster (`CLUSTER = True`): a drain, its heartbeats and telemetry."""
+"""The worker pool and the operator commands on a Valkey Cluster (`CLUSTER = True`): a drain, heartbeats, telemetry."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import redis
 from django.tasks import TaskResultStatus
 
 from tests import tasks
-from tests.worker.conftest import run_worker, segment_counts, worker_env
+from tests.worker.conftest import ROOT, run_worker, segment_counts, worker_env
 from threadmill.backends.base import Segment
 
 pytestmark = pytest.mark.slow
@@ -50,3 +52,31 @@ def test_a_pool_drains_a_cluster_backend_and_reports_on_sharded_telemetry(cluste
     assert len(stopped) == 2
     assert sum(event["count"] for event in events if event["type"] == "egress") == 51
     assert backend.worker_heartbeats() == {}  # each process said goodbye
+
+
+def _threadmill(cluster, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", "threadmill", *args],
+        cwd=ROOT,
+        env=worker_env(THREADMILL_TEST_REDIS_URL=cluster.url, THREADMILL_TEST_CLUSTER="1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_status_pause_and_resume_work_on_a_cluster(cluster, on_cluster):
+    tasks.echo.enqueue(1)
+    on_cluster.heartbeat("host:42", {"type": "worker", "state": "running", "queues": ["default"], "threads": 2})
+
+    assert "Paused queue 'default'" in _threadmill(cluster, "pause", "default").stdout
+    done = _threadmill(cluster, "status", "--json")
+    assert "Resumed queue 'default'" in _threadmill(cluster, "resume", "default").stdout
+
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    default = next(q for q in status["queues"] if q["queue"] == "default")
+    assert (default["ready"], default["workers"], "(command line)" in default["paused"]["by"]) == (1, 1, True)
+    assert [worker["worker"] for worker in status["workers"]] == ["host:42"]
+    assert on_cluster.paused_queues() == {}

@@ -488,7 +488,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     @translate_errors
     def server_time(self) -> datetime:
         """Return the server's clock (every lease, heartbeat and schedule decision uses it)."""
-        seconds, micros = self.client.time()
+        seconds, micros = self.client_for(self.keys.workers()).time()
         return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
 
     def ping(self) -> None:
