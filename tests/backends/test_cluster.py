@@ -55,6 +55,22 @@ def test_cluster_defaults_to_a_single_server_client(redis_url):
     assert type(backend.client) is redis.Redis
 
 
+def test_an_unreachable_cluster_is_server_unreachable_naming_the_url():
+    backend = RedisTaskBackend("default", {"REDIS_URL": "redis://127.0.0.1:1/0", "CLUSTER": True})
+    with pytest.raises(ServerUnreachable) as caught:
+        backend.enqueue(echo, ["x"], {})
+    assert str(caught.value).startswith("Cannot reach the Redis Cluster at redis://127.0.0.1:1/0: ")
+
+
+def test_cluster_on_a_server_that_is_not_a_cluster_says_so(redis_url):
+    backend = RedisTaskBackend("default", {"REDIS_URL": redis_url, "CLUSTER": True})
+    with pytest.raises(ServerUnreachable) as caught:
+        backend.ping()
+    message = str(caught.value)
+    assert message.startswith(f"Cannot reach the Redis Cluster at {redis_url}: ")
+    assert message.endswith("Cluster mode is not enabled on this node")
+
+
 def test_every_script_call_runs_on_the_primary_that_owns_the_aliases_slot(cluster, backend):
     owner = cluster.server.node_for(TAGGED)
 

@@ -28,7 +28,7 @@ from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 from redis.cluster import RedisCluster
 
-from ..exceptions import BackendConnectionError, UnreadableTaskError
+from ..exceptions import BackendConnectionError, ServerUnreachable, UnreadableTaskError
 from ..schedules import Schedule, parse_schedules
 from . import codec
 from .aio import AsyncClients
@@ -43,7 +43,7 @@ from .channel import TelemetrySubscription, publish
 from .cluster import ClusterScripts
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .options import parse_options
-from .scripts import RedisScripts, translate_errors, translated_errors
+from .scripts import UNREACHABLE_ERRORS, RedisScripts, translate_errors
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
@@ -129,8 +129,10 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             }
             if self.cluster:
                 # The cluster client reads the slot map on creation: no node answering is an outage.
-                with translated_errors():
+                try:
                     self._client = RedisCluster.from_url(self.redis_url, decode_responses=False, **timeouts)
+                except UNREACHABLE_ERRORS as e:
+                    raise ServerUnreachable(f"Cannot reach the Redis Cluster at {self.redis_url}: {e}") from e
             else:
                 self._client = redis.Redis.from_url(self.redis_url, decode_responses=False, **timeouts)
         return self._client
