@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.servers import SERVER_NAMES, ServerUnderTest, start_server
+from tests.servers import SERVER_NAMES, ServerUnderTest, start_server_under_test
 from threadmill.exceptions import EmbeddedServerError
 
 _servers: dict[str, ServerUnderTest] = {}
@@ -22,7 +22,7 @@ _servers: dict[str, ServerUnderTest] = {}
 def _server(name: str) -> ServerUnderTest:
     if name not in _servers:
         try:
-            _servers[name] = start_server(name)
+            _servers[name] = start_server_under_test(name)
         except EmbeddedServerError as e:
             pytest.exit(f"Cannot start the {name} test server: {e}. Run the README's test command.", returncode=3)
     return _servers[name]

@@ -54,12 +54,17 @@ class ServerUnderTest:
         self.server.stop()
 
 
-def start_server(name: str) -> ServerUnderTest:
-    """Start a throwaway server of kind `name` on free ports, without persistence."""
+def start_server(name: str) -> EmbeddedValkey:
+    """Start a throwaway single server of kind `name` ("valkey" or "redis") on a free port, without persistence."""
+    binary = valkey_binary() if name == "valkey" else shutil.which("redis-server")
+    data_dir = tempfile.mkdtemp(prefix=f"threadmill-test-{name}-")
+    return EmbeddedValkey(data_dir, free_port(), persist=False, binary=binary).start()
+
+
+def start_server_under_test(name: str) -> ServerUnderTest:
+    """Start a throwaway server of kind `name`: a single server, "cluster" or "replicated-cluster"."""
     if name == "cluster":
         return ServerUnderTest(name, ValkeyCluster().start())
     if name == "replicated-cluster":
         return ServerUnderTest(name, ValkeyCluster(replicas_per_primary=1).start())
-    binary = valkey_binary() if name == "valkey" else shutil.which("redis-server")
-    data_dir = tempfile.mkdtemp(prefix=f"threadmill-test-{name}-")
-    return ServerUnderTest(name, EmbeddedValkey(data_dir, free_port(), persist=False, binary=binary).start())
+    return ServerUnderTest(name, start_server(name))
