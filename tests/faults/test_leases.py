@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import glob
 import os
 import time
 from datetime import datetime
@@ -16,7 +17,9 @@ from tests.faults.conftest import SLACK_S, Tally, fault_backend, wait_for
 pytestmark = pytest.mark.slow
 
 #: libfaketime, from Debian's `faketime` package (.ci/bootstrap installs it).
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+LIBFAKETIME = next(
+    iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), "/usr/lib/faketime/libfaketime.so.1"
+)
 #: Error classes a recovered lease may record: an expired lease, or a worker found dead.
 RECOVERY_ERRORS = {"threadmill.exceptions.AcknowledgementTimeout", "threadmill.exceptions.WorkerLost"}
 
