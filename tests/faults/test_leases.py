@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import glob
+import json
 import os
 import time
 from datetime import datetime
