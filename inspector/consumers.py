@@ -19,6 +19,7 @@ from django.template.loader import render_to_string
 from threadmill import api
 
 from .fragments import overview_context, workers_context
+from .security import can_change
 
 logger = logging.getLogger("inspector.live")
 
@@ -34,21 +35,22 @@ FRAGMENTS = {
 }
 
 
-_rendered: dict[str, tuple[int, str]] = {}
+_rendered: dict[tuple[str, bool], tuple[int, str]] = {}
 
 
-def render_fragment(view: str) -> str:
-    """Render one page's live fragment, marked for an out-of-band swap.
+def render_fragment(view: str, can_change: bool = False) -> str:
+    """Render one page's live fragment, marked for an out-of-band swap, with controls only for who may use them.
 
-    Tabs of this process that update after the same telemetry event share one render.
+    Tabs of this process that update after the same telemetry event share one render. The
+    controls' forms carry no CSRF token here (no request): htmx sends it in a header.
     """
     generation = api.hub().generation
-    cached = _rendered.get(view)
+    cached = _rendered.get((view, can_change))
     if cached and cached[0] == generation:
         return cached[1]
     template_name, context, _ = FRAGMENTS[view]
-    html = render_to_string(template_name, {**context(), "oob": True})
-    _rendered[view] = (generation, html)
+    html = render_to_string(template_name, {**context(can_change), "oob": True})
+    _rendered[(view, can_change)] = (generation, html)
     return html
 
 
@@ -66,6 +68,7 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
         if self.view not in FRAGMENTS:
             await self.close(code=4400)
             return
+        self.can_change = await database_sync_to_async(can_change)(user)
         self.visible = True
         self.changed = asyncio.Event()
         self.loop = asyncio.get_running_loop()
@@ -86,7 +89,7 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
             if not self.visible:
                 continue
             try:
-                await self.send(text_data=await database_sync_to_async(render_fragment)(self.view))
+                await self.send(text_data=await database_sync_to_async(render_fragment)(self.view, self.can_change))
             except Exception:
                 logger.exception("Rendering the %s fragment failed.", self.view)
             await asyncio.sleep(interval)  # the rate limit: later changes coalesce into one update

@@ -72,7 +72,7 @@ def _segment_url(alias: str, queue_name: str, segment: api.Segment, where: api.F
 @require_GET
 @console_view
 def queue_list(request):
-    context = {"active": "queues", **overview_context()}
+    context = {"active": "queues", **overview_context(can_change(request.user))}
     return render(request, _partial(request, "inspector/queue_list.html", "queues-table"), context)
 
 
@@ -80,15 +80,29 @@ def queue_list(request):
 @console_view
 def task_list(request, backend: str, queue: str, segment: api.Segment):
     _queue_or_404(backend, queue)
-    where, page_number = _filter(request.GET), _page_number(request)
-    table = segment_table(request, backend, queue, segment, where, page_number, can_change(request.user))
+    where, page_number, lease = _filter(request.GET), _page_number(request), _lease(request.GET, segment)
+    table = segment_table(request, backend, queue, segment, where, page_number, can_change(request.user), lease)
     _paginate(table, page_number)
     context = {
         "active": "queues", "backend": backend, "queue_name": queue, "segment": segment, "table": table, "where": where,
-        "segments": list(api.Segment), "can_change": can_change(request.user),
+        "segments": list(api.Segment), "can_change": can_change(request.user), "lease": lease,
         "requeueable": segment in api.REQUEUEABLE_SEGMENTS, "filter_form": forms.FilterForm(request.GET or None),
+        "lease_flags": api.controls.LEASE_FLAGS if segment is api.Segment.RUNNING else (),
     }  # fmt: skip
+    if segment is api.Segment.RUNNING and context["can_change"] and not request.htmx:
+        context["orphaned"] = len(api.controls.orphaned(backend, queue))
     return render(request, _partial(request, "inspector/task_list.html", "tasks-table"), context)
+
+
+def _lease(data, segment: api.Segment) -> str:
+    """Return the running view's lease filter ("gone", "overdue" or ""); 400 for anything else."""
+    lease = data.get("lease", "")
+    if lease and lease not in api.controls.LEASE_FLAGS:
+        flags = " or ".join(api.controls.LEASE_FLAGS)
+        raise BadRequest(f"The lease filter is {flags}, not {lease[:20]!r}.")
+    if lease and segment is not api.Segment.RUNNING:
+        raise BadRequest("The lease filter applies to the running segment only.")
+    return lease
 
 
 def _paginate(table, page_number: int) -> None:
@@ -123,7 +137,7 @@ def _queue_of(task) -> str:
 @require_GET
 @console_view
 def worker_list(request):
-    context = {"active": "workers", **workers_context()}
+    context = {"active": "workers", **workers_context(can_change(request.user))}
     return render(request, _partial(request, "inspector/worker_list.html", "workers-table"), context)
 
 

@@ -60,6 +60,15 @@ class Filter:
     def __bool__(self) -> bool:
         return bool(self.task_path or self.error_class)
 
+    def matches(self, item) -> bool:
+        """Return whether a peeked task passes the filter (an unreadable one only passes no filter)."""
+        if not self:
+            return True
+        if not hasattr(item, "task"):
+            return False
+        error = item.errors[-1].exception_class_path if item.errors else ""
+        return self.task_path in ("", item.task.module_path) and self.error_class in ("", error)
+
     @property
     def needles(self) -> list[str]:
         """The exact JSON fragments a matching stored document contains."""
