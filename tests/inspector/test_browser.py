@@ -268,3 +268,98 @@ def expect_text(page, selector: str, text: str) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator(selector).first).to_contain_text(text, timeout=WAIT_MS)
+
+
+def accept_dialogs(page) -> list[str]:
+    """Accept every confirmation the page asks (hx-confirm) and return their texts as they come."""
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+    return asked
+
+
+def test_pause_and_resume_a_queue_from_the_overview(page, live, backend):
+    from tests.tasks import send_email
+
+    send_email.enqueue("ada@example.com")
+    log_in(page)
+    asked = accept_dialogs(page)
+    page.click('tr[data-queue="emails"] td.control button:text("Pause")')
+    expect_text(page, ".messages", "Paused emails: workers take none of its tasks until it is resumed.")
+    expect_text(page, 'tr[data-queue="emails"] td.status', "Paused by admin since")
+    assert "emails" in backend.paused_queues()
+    shot(page, "queue_list_paused")
+    page.click('tr[data-queue="emails"] td.control button:text("Resume")')
+    expect_text(page, ".messages", "Resumed emails.")
+    assert backend.paused_queues() == {}
+    assert asked[0].startswith("Pause queue emails?") and asked[1].startswith("Resume queue emails?")
+    page.goto("/threadmill/audit/")
+    expect_text(page, "#audit-table tbody tr:first-child", "Resume")
+    assert page.csp_violations == []
+
+
+def test_quiet_then_stop_a_worker_process_from_the_workers_page(page, live, backend):
+    worker = live.start_worker("-q", "reports")
+    log_in(page, "/threadmill/workers/")
+    asked = accept_dialogs(page)
+    # The pool's worker process is a child of the one started, with a pid of its own: find it by its queue.
+    row = page.locator("tr.worker[data-state=live][data-shown=live]").filter(has=page.locator("td:text('reports')"))
+    row.first.wait_for()
+    name = row.first.get_attribute("data-worker")
+    row.first.locator("button:text('Quiet')").click()
+    expect_text(page, ".messages", f"Asked worker {name} to finish what it holds")
+    quiet = page.locator(f"tr.worker[data-worker='{name}'][data-shown=quiet]")
+    quiet.wait_for()  # "quieting" until the supervisor takes the command, then what the worker reports
+    shot(page, "worker_list_quiet")
+    quiet.locator("button:text('Stop')").click()
+    expect_text(page, ".messages", f"Asked worker {name} to stop gracefully")
+    page.locator(f"tr.worker[data-worker='{name}'][data-state=stopped]").wait_for()
+    assert asked[0].startswith(f"Quiet worker {name}?") and asked[1].startswith(f"Stop worker {name}?")
+    assert live.stop_worker(worker) == 0
+    assert page.csp_violations == []
+
+
+def test_requeue_all_orphaned_takes_back_a_dead_workers_task_and_leaves_a_live_one(page, live, backend):
+    from tests.tasks import echo
+
+    orphan, busy = echo.enqueue("orphan").id, echo.enqueue("busy").id
+    (leased,) = backend.acquire("default", worker="ghost:9")
+    assert leased.id == orphan
+    dead(backend, "ghost:9")
+    (leased,) = backend.acquire("default", worker="busy:9")
+    assert leased.id == busy
+    heartbeat(backend, "busy:9", age_s=-600)
+    log_in(page, "/threadmill/default/default/running/")
+    expect_text(page, f"tr:has(a:text-is('{orphan}'))", "worker gone")
+    page.click("a[data-lease=gone]")
+    expect_text(page, "#tasks-table .total", "1 task")
+    assert page.locator(f"a:text-is('{busy}')").count() == 0
+    shot(page, "task_list_orphaned")
+    asked = accept_dialogs(page)
+    page.click("#requeue-orphaned button")
+    expect_text(page, ".messages", "Requeued 1 task whose worker is gone or whose lease is overdue.")
+    assert "A task whose worker is alive and whose lease is current is never requeued." in asked[0]
+    assert backend.in_segment("default", "running", [orphan, busy]) == [busy]
+    backend.requeue_many("default", segment="running", task_ids=[busy], force=True)  # leave the queue clean
+
+
+def test_the_schedules_page_pauses_resumes_and_runs_a_schedule_now(page, live, backend):
+    log_in(page, "/threadmill/schedules/")
+    asked = accept_dialogs(page)
+    row = 'tr[data-schedule="yearly-echo"]'
+    expect_text(page, row, "0 3 1 1 *")
+    page.click(f"{row} button:text('Run now')")
+    expect_text(page, ".messages", "Enqueued a run of yearly-echo now: task")
+    page.click(f"{row} button:text('Pause')")
+    expect_text(page, f'{row}[data-state="paused"]', "paused by admin since")
+    shot(page, "schedule_list")
+    page.click(f"{row} a.last-task")
+    expect_text(page, "dl.facts", "tests.tasks.echo")
+    page.go_back()
+    page.click(f"{row} button:text('Resume')")
+    expect_text(page, f'{row}[data-state="enabled"]', "enabled")
+    assert [text.split("?")[0] for text in asked] == [
+        "Run yearly-echo now",
+        "Pause schedule yearly-echo",
+        "Resume schedule yearly-echo",
+    ]
+    assert page.csp_violations == []
