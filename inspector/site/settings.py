@@ -88,3 +88,6 @@ STATIC_ROOT = BASE_DIR / "var" / "static"
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+#: What `manage.py threadmill run` enqueues for a first look (skip it with --no-demo).
+THREADMILL_DEMO_WORKLOAD = "inspector.demo.enqueue_demo_workload"

@@ -78,6 +78,7 @@ class RedisBroker:
             promoted = self.move_all()
             self.run_schedules()
             for queue_name in self.queues():
+                self.backend.scripts.sample_latency(queue_name)
                 reaped += self.reap(queue_name)
                 if recovering:
                     reaped += self.recover(queue_name)

@@ -19,7 +19,7 @@ import redis
 
 from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
 from .base import Segment
-from .keys import THROUGHPUT_COUNTER_TTL_S, KeySchema
+from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
 
 _SEGMENT_ORDER = (
     Segment.READY,
@@ -115,6 +115,7 @@ class RedisScripts:
         self._heartbeat = register(_source("heartbeat"))
         self._pause = register(_source("pause"))
         self._take_control = register(_source("take_control"))
+        self._sample_latency = register(_source("sample_latency"))
         self._resume = register(_source("resume"))
         self._claim_abandoned = register(_source("claim_abandoned"))
         self._release = register(_source("release"))
@@ -231,7 +232,13 @@ class RedisScripts:
     ) -> tuple[list[str], list[Any]]:
         """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
         k = self.keys
-        keys = [k.queues(), k.throughput(queue_name, "ingress", minute), k.wake(queue_name), k.schedules()]
+        keys = [
+            k.queues(),
+            k.throughput(queue_name, "ingress", minute),
+            k.wake(queue_name),
+            k.schedules(),
+            k.totals(queue_name),
+        ]
         args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S, *schedule]
         for task_id, payload, segment, ready_score, score in entries:
             keys += [k.task(task_id), k.segment(queue_name, segment)]
@@ -260,17 +267,20 @@ class RedisScripts:
     ) -> list:
         """Acknowledge (task id, queue, lease token, document, finished segment) entries; 1 or 0 each."""
         k = self.keys
+        queues = list(dict.fromkeys(entry[1] for entry in entries))
+        index = {name: j for j, name in enumerate(queues, 1)}
         keys: list[str] = []
-        args: list[Any] = [int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry()]
+        for name in queues:
+            keys += [k.throughput(name, "egress", minute), k.throughput(name, "failed", minute), k.totals(name)]
+        args: list[Any] = [int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), len(queues), *queues]
         for task_id, queue_name, token, document, segment in entries:
             keys += [
                 k.task(task_id),
                 k.result(task_id),
                 k.segment(queue_name, Segment.RUNNING),
                 k.segment(queue_name, segment),
-                k.throughput(queue_name, "egress", minute),
             ]
-            args += [token, document, segment.value, queue_name]
+            args += [token, document, segment.value, index[queue_name]]
         return self._run(self._acknowledge, keys=keys, args=args)
 
     @translate_errors
@@ -503,3 +513,12 @@ class RedisScripts:
     @translate_errors
     def take_control(self, workers: Sequence[str]) -> list:
         return self._run(self._take_control, keys=[self.keys.control()], args=list(workers))
+
+    @translate_errors
+    def sample_latency(self, queue_name: str) -> int:
+        k = self.keys
+        return self._run(
+            self._sample_latency,
+            keys=[k.segment(queue_name, Segment.READY), k.throughput_prefix(queue_name, "latency")],
+            args=[THROUGHPUT_COUNTER_TTL_S, PRIORITY_BAND],
+        )

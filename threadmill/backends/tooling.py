@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("threadmill.backend")
 
+#: Longest history a queue keeps, minutes (its per-minute counters live 25 hours).
+HISTORY_MINUTES = 24 * 60
 #: What an operator can ask of a worker process: stop fetching but stay alive, or stop.
 WORKER_COMMANDS = ("quiet", "stop")
 #: Segments listed newest first; the others are listed in the order they are taken.
@@ -275,6 +277,38 @@ class RedisTooling:
             oldest = min((int(score) % PRIORITY_BAND for _, score in rows), default=None)
             out[name] = None if oldest is None else datetime.fromtimestamp(oldest / 1000, UTC)
         return out
+
+    @translate_errors
+    def history(self, queue_name: str, *, minutes: int = 60, now: float | None = None) -> dict[str, list]:
+        """Return a queue's per-minute history, oldest first, up to 24 hours.
+
+        Series: tasks `enqueued`, `finished` (either outcome), `failed`, and `latency_s`, the oldest
+        ready task's largest age sampled by a broker that minute (None where none was sampled).
+        """
+        minutes = max(1, min(minutes, HISTORY_MINUTES))
+        current = int((time.time() if now is None else now) // 60)
+        span = range(current - minutes + 1, current + 1)
+        series = ("ingress", "egress", "failed", "latency")
+        values = self.client.mget([self.keys.throughput(queue_name, name, m) for name in series for m in span])
+        enqueued, finished, failed, latency = (values[i * minutes : (i + 1) * minutes] for i in range(len(series)))
+        return {
+            "enqueued": [int(v or 0) for v in enqueued],
+            "finished": [int(v or 0) for v in finished],
+            "failed": [int(v or 0) for v in failed],
+            "latency_s": [None if v is None else int(v) / 1000 for v in latency],
+        }
+
+    @translate_errors
+    def totals(self) -> dict[str, dict[str, int]]:
+        """Return each queue's monotonic counters since first use: enqueued, finished (any outcome), failed."""
+        names = self.queue_names()
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(self.keys.totals(name), ("enqueued", "finished", "failed"))
+        return {
+            name: dict(zip(("enqueued", "finished", "failed"), (int(v or 0) for v in row), strict=True))
+            for name, row in zip(names, pipe.execute(), strict=True)
+        }
 
     @translate_errors
     def throughput(self, queue_name: str, *, minutes: int = 60, now: float | None = None) -> dict[str, list[int]]:

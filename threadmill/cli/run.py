@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.module_loading import import_string
 
 from ..embedded import DEFAULT_EMBEDDED_PORT, EmbeddedValkey, redis_url_from_environment
 from ..exceptions import EmbeddedServerError
@@ -117,9 +118,12 @@ def _prepare(command: BaseCommand, options: dict[str, Any]) -> None:
     call_command("migrate", interactive=False, verbosity=0)
     _create_first_staff_user(command)
     if not options["no_demo"]:
-        from inspector.demo import enqueue_demo_workload
-
-        counts = enqueue_demo_workload()
+        # The site names its demo: the core library never imports the console app.
+        path = getattr(settings, "THREADMILL_DEMO_WORKLOAD", None)
+        if not path:
+            command.stdout.write("No demo workload: the setting THREADMILL_DEMO_WORKLOAD names none.")
+            return
+        counts = import_string(path)()
         command.stdout.write("Demo workload enqueued: " + ", ".join(f"{n} {kind}" for kind, n in counts.items()) + ".")
 
 

@@ -1,43 +1,54 @@
 -- acknowledge: store the outcome of leased tasks and release their leases, fenced per task.
 -- A task whose lease_token no longer matches (its lease expired and it was leased again,
--- or it was requeued) is left untouched and reported as refused.
--- KEYS[5i-4] (hash)   task i
--- KEYS[5i-3] (string) task i's result document
--- KEYS[5i-2] (zset)   task i's running segment
--- KEYS[5i-1] (zset)   task i's finished segment (successful or failed; score: finish time)
--- KEYS[5i]   (string) this minute's egress counter of task i's queue
+-- or it was requeued) is left untouched and reported as refused. Per queue it counts the
+-- tasks out this minute (and the failed ones), for the console's history, and adds them to
+-- the queue's totals, for metrics.
+-- KEYS[3j-2] (string) this minute's egress counter of queue j (1 <= j <= m)
+-- KEYS[3j-1] (string) this minute's failed counter of queue j
+-- KEYS[3j]   (hash)   queue j's totals: enqueued, finished, failed
+-- KEYS[3m+4i-3] (hash)   task i
+-- KEYS[3m+4i-2] (string) task i's result document
+-- KEYS[3m+4i-1] (zset)   task i's running segment
+-- KEYS[3m+4i]   (zset)   task i's finished segment (successful or failed; score: finish time)
 -- ARGV[1] (number) result time to live, seconds (also trims the finished segment)
--- ARGV[2] (number) seconds an egress counter lives
+-- ARGV[2] (number) seconds a per-minute counter lives
 -- ARGV[3] (string) telemetry channel
--- ARGV[4i]   (string) task i's lease token
--- ARGV[4i+1] (string) task i's finished document
--- ARGV[4i+2] (string) task i's finished segment name, "successful" or "failed"
--- ARGV[4i+3] (string) task i's queue name
+-- ARGV[4] (number) m, the number of queues
+-- ARGV[4+j] (string) queue j's name
+-- ARGV[4+m+4i-3] (string) task i's lease token
+-- ARGV[4+m+4i-2] (string) task i's finished document
+-- ARGV[4+m+4i-1] (string) task i's finished segment name, "successful" or "failed"
+-- ARGV[4+m+4i]   (number) task i's queue, j
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
 local ttl = tonumber(ARGV[1])
+local m = tonumber(ARGV[4])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local accepted = {}
 local trimmed = {}
-local egress = {}
-local n = #KEYS / 5
+local out = {}
+local failed = {}
+for j = 1, m do
+  out[j], failed[j] = 0, 0
+end
+local n = (#KEYS - 3 * m) / 4
 for i = 1, n do
-  local task = KEYS[5 * i - 4]
-  local token = ARGV[4 * i]
-  if redis.call('HGET', task, 'lease_token') == token then
+  local k, a = 3 * m + 4 * i - 4, 4 + m + 4 * i - 4
+  local task = KEYS[k + 1]
+  if redis.call('HGET', task, 'lease_token') == ARGV[a + 1] then
     local id = string.match(task, ':task:(.+)$')
-    redis.call('SET', KEYS[5 * i - 3], ARGV[4 * i + 1], 'EX', ttl)
-    redis.call('HSET', task, 'segment', ARGV[4 * i + 2])
+    redis.call('SET', KEYS[k + 2], ARGV[a + 2], 'EX', ttl)
+    redis.call('HSET', task, 'segment', ARGV[a + 3])
     redis.call('HDEL', task, 'lease_worker', 'lease_token', 'lease_started_at')
     redis.call('EXPIRE', task, ttl)
-    redis.call('ZREM', KEYS[5 * i - 2], id)
-    redis.call('ZADD', KEYS[5 * i - 1], now, id)
-    local queue = ARGV[4 * i + 3]
-    if not egress[queue] then
-      egress[queue] = {KEYS[5 * i], 0}
+    redis.call('ZREM', KEYS[k + 3], id)
+    redis.call('ZADD', KEYS[k + 4], now, id)
+    local j = tonumber(ARGV[a + 4])
+    out[j] = out[j] + 1
+    if ARGV[a + 3] == 'failed' then
+      failed[j] = failed[j] + 1
     end
-    egress[queue][2] = egress[queue][2] + 1
-    trimmed[KEYS[5 * i - 1]] = true
+    trimmed[KEYS[k + 4]] = true
     accepted[i] = 1
   else
     accepted[i] = 0
@@ -46,10 +57,20 @@ end
 for finished in pairs(trimmed) do
   redis.call('ZREMRANGEBYSCORE', finished, '-inf', '(' .. (now - ttl))
 end
-for queue, entry in pairs(egress) do
-  if redis.call('INCRBY', entry[1], entry[2]) == entry[2] then
-    redis.call('EXPIRE', entry[1], ARGV[2])
+local function count(key, by)
+  if redis.call('INCRBY', key, by) == by then
+    redis.call('EXPIRE', key, ARGV[2])
   end
-  redis.call('PUBLISH', ARGV[3], '{"type":"egress","queue":' .. cjson.encode(queue) .. ',"count":' .. entry[2] .. '}')
+end
+for j = 1, m do
+  if out[j] > 0 then
+    count(KEYS[3 * j - 2], out[j])
+    redis.call('HINCRBY', KEYS[3 * j], 'finished', out[j])
+    if failed[j] > 0 then
+      count(KEYS[3 * j - 1], failed[j])
+      redis.call('HINCRBY', KEYS[3 * j], 'failed', failed[j])
+    end
+    redis.call('PUBLISH', ARGV[3], '{"type":"egress","queue":' .. cjson.encode(ARGV[4 + j]) .. ',"count":' .. out[j] .. '}')
+  end
 end
 return accepted

@@ -55,11 +55,10 @@ local paused = redis.call('HMGET', KEYS[3 * n + 2], unpack(ARGV, 6, 5 + n))
 
 local function pass_the_token_on()
   for q = 1, n do
-    if not paused[q] and redis.call('ZCARD', KEYS[q]) > 0 then
-      local wake = KEYS[2 * n + 1 + q]
-      if redis.call('LLEN', wake) == 0 then
-        redis.call('LPUSH', wake, '1')
-      end
+    -- The wake list first: during a drain a token nobody took is still there, and that ends it.
+    local wake = KEYS[2 * n + 1 + q]
+    if not paused[q] and redis.call('LLEN', wake) == 0 and redis.call('ZCARD', KEYS[q]) > 0 then
+      redis.call('LPUSH', wake, '1')
       return
     end
   end

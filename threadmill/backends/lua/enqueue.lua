@@ -9,8 +9,9 @@
 -- KEYS[2]     (string) this minute's ingress counter of the queue
 -- KEYS[3]     (list)   the queue's wake list
 -- KEYS[4]     (hash)   schedule state: <name>:tick, <name>:task, <name>:enqueued_at, <name>:paused
--- KEYS[2i+3]  (hash)   task i
--- KEYS[2i+4]  (zset)   task i's target segment: ready (score: priority, then FIFO) or deferred (run_after)
+-- KEYS[5]     (hash)   the queue's totals: enqueued, finished, failed
+-- KEYS[2i+4]  (hash)   task i
+-- KEYS[2i+5]  (zset)   task i's target segment: ready (score: priority, then FIFO) or deferred (run_after)
 -- ARGV[1]     (string) queue name
 -- ARGV[2]     (string) telemetry channel
 -- ARGV[3]     (number) seconds the ingress counter lives
@@ -42,15 +43,16 @@ end
 local ready = false
 for i = 1, n do
   local a = 5 * i + 1
-  redis.call('HSET', KEYS[2 * i + 3], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
+  redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
     'score', ARGV[a + 3])
-  redis.call('ZADD', KEYS[2 * i + 4], ARGV[a + 4], ARGV[a])
+  redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
   ready = ready or ARGV[a + 2] == 'ready'
 end
 redis.call('SADD', KEYS[1], ARGV[1])
 if redis.call('INCRBY', KEYS[2], n) == n then
   redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
+redis.call('HINCRBY', KEYS[5], 'enqueued', n)
 if ready and redis.call('LLEN', KEYS[3]) == 0 then
   redis.call('LPUSH', KEYS[3], '1')
 end
