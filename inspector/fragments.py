@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass
 
 from django.urls import NoReverseMatch, reverse
 
@@ -91,3 +93,36 @@ def shown_state(worker: api.WorkerSnapshot, command: str | None) -> str:
     if command in PENDING_STATES:
         return PENDING_STATES[command]
     return worker.reported if worker.reported in ("quiet", "stopping") else "live"
+
+
+#: A segment page's baseline total as the websocket URL carries it: ASCII digits, bounded.
+_TOTAL = re.compile(r"[0-9]{1,12}")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentWatch:
+    """One open segment page: its segment, and the segment's total when the page was rendered."""
+
+    alias: str
+    queue_name: str
+    segment: api.Segment
+    total: int
+
+    @classmethod
+    def of(cls, query) -> SegmentWatch | None:
+        """Return the watch a websocket's query asks for, or None when it names no known segment."""
+        alias, queue_name, segment, total = (query.get(k, "") for k in ("backend", "queue", "segment", "total"))
+        if alias not in api.backend_aliases() or segment not in api.Segment or not _TOTAL.fullmatch(total):
+            return None
+        if not api.has_queue(alias, queue_name):
+            return None
+        return cls(alias, queue_name, api.Segment(segment), int(total))
+
+    def context(self) -> dict:
+        """Return what the "N new tasks" notice says: how the segment's total moved since the page was rendered."""
+        change = api.count_view(self.alias, self.queue_name, self.segment) - self.total
+        return {
+            "new_count": change,
+            "gone_count": -change,
+            "reload_url": segment_url(self.alias, self.queue_name, self.segment),
+        }

@@ -89,6 +89,11 @@ def task_list(request, backend: str, queue: str, segment: api.Segment):
         "requeueable": segment in api.REQUEUEABLE_SEGMENTS, "filter_form": forms.FilterForm(request.GET or None),
         "lease_flags": api.controls.LEASE_FLAGS if segment is api.Segment.RUNNING else (),
     }  # fmt: skip
+    if not request.htmx:
+        total = api.count_view(backend, queue, segment)
+        context["watch_query"] = urlencode(
+            {"view": "segment", "backend": backend, "queue": queue, "segment": segment.value, "total": total}
+        )
     if segment is api.Segment.RUNNING and context["can_change"] and not request.htmx:
         context["orphaned"] = len(api.controls.orphaned(backend, queue))
     return render(request, _partial(request, "inspector/task_list.html", "tasks-table"), context)

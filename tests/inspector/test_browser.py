@@ -363,3 +363,19 @@ def test_the_schedules_page_pauses_resumes_and_runs_a_schedule_now(page, live, b
         "Resume schedule yearly-echo",
     ]
     assert page.csp_violations == []
+
+
+def test_a_segment_page_says_how_many_new_tasks_arrived_instead_of_going_stale(page, live, backend):
+    from tests.tasks import echo
+
+    echo.enqueue("first")
+    log_in(page, "/threadmill/default/default/ready/")
+    expect_text(page, "#tasks-table .total", "1 task")
+    page.evaluate("window.stillTheSamePage = true")
+    for i in range(2):
+        echo.enqueue(i)
+    expect_text(page, "#new-tasks", "2 new tasks in this segment since the page was loaded.")
+    assert page.evaluate("window.stillTheSamePage") is True  # the notice came over the websocket
+    page.click("#new-tasks a")
+    expect_text(page, "#tasks-table .total", "3 tasks")
+    assert page.csp_violations == []
