@@ -19,6 +19,7 @@ urlpatterns = [
     path("", views.queue_list, name="queue_list"),
     path("workers/", views.worker_list, name="worker_list"),
     path("audit/", views.audit_list, name="audit_list"),
+    path("search/", views.search, name="search"),
     path("schedules/", operate.schedule_list, name="schedule_list"),
     path(
         "schedules/<tm_backend:backend>/<tm_schedule:name>/<tm_schedule_command:command>/",

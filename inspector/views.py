@@ -62,7 +62,7 @@ def _filter(data) -> api.Filter:
 
 def _segment_url(alias: str, queue_name: str, segment: api.Segment, where: api.Filter = api.NO_FILTER) -> str:
     url = reverse("inspector:task_list", args=[alias, queue_name, segment])
-    query = {k: v for k, v in (("task", where.task_path), ("error", where.error_class)) if v}
+    query = {k: v for k, v in (("task", where.task_path), ("error", where.error_class), ("q", where.text)) if v}
     return f"{url}?{urlencode(query)}" if query else url
 
 
@@ -233,9 +233,7 @@ def _action(request, action: str, alias: str, queue_name: str, segment: api.Segm
         raise BadRequest("Delete acts on selected tasks only; purge empties a whole segment.")
     if request.POST.get("confirmed") != "yes":
         return _confirm(request, action, alias, queue_name, segment, scope, ids, where)
-    scope_text = (
-        "selected tasks" if scope == "selected" else f"view {where.task_path or '*'} {where.error_class}".strip()
-    )
+    scope_text = "selected tasks" if scope == "selected" else _view_text(where)
     if action == "delete":
         done = api.delete(alias, queue_name, segment, ids)
         audit.record(request, action, alias, queue_name, segment.value, scope_text, len(done), done)
@@ -243,6 +241,11 @@ def _action(request, action: str, alias: str, queue_name: str, segment: api.Segm
     else:
         _requeue(request, alias, queue_name, segment, scope, scope_text, ids, where, force)
     return redirect(_segment_url(alias, queue_name, segment, where))
+
+
+def _view_text(where: api.Filter) -> str:
+    text = f"view {where.task_path or '*'} {where.error_class}".strip()
+    return f"{text} text {where.text!r}" if where.text else text
 
 
 def _tasks(count: int) -> str:
@@ -306,3 +309,34 @@ def purge_segment(request, backend: str, queue: str, segment: api.Segment):
     context["count"] = api.count_view(backend, queue, segment)
     status = 400 if request.method == "POST" else 200
     return render(request, "inspector/purge_confirm.html", context, status=status)
+
+
+# -- search ----------------------------------------------------------------------------
+
+
+@require_GET
+@console_view
+def search(request):
+    """Jump to a task by id, whatever its queue or segment; else filter the current segment by the text."""
+    form = forms.SearchForm(request.GET)
+    if not form.is_valid():
+        raise BadRequest(forms.reason(form))
+    found = _find_task(form.task_id) if form.task_id else None
+    if found:
+        return redirect("inspector:task_detail", found, form.task_id)
+    alias, queue_name, segment = (form.cleaned_data[k] for k in ("backend", "queue", "segment"))
+    if alias in api.backend_aliases() and segment and api.has_queue(alias, queue_name):
+        return redirect(_segment_url(alias, queue_name, api.Segment(segment), api.Filter(text=form.cleaned_data["q"])))
+    context = {"active": "", "q": form.cleaned_data["q"], "looked_for_id": bool(form.task_id)}
+    return render(request, "inspector/search.html", context, status=404)
+
+
+def _find_task(task_id: str) -> str | None:
+    """Return the alias of the backend that stores a task with this id, or None."""
+    for alias in api.backend_aliases():
+        try:
+            api.task(alias, task_id)
+        except api.TaskResultDoesNotExist:
+            continue
+        return alias
+    return None

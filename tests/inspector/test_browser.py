@@ -379,3 +379,31 @@ def test_a_segment_page_says_how_many_new_tasks_arrived_instead_of_going_stale(p
     page.click("#new-tasks a")
     expect_text(page, "#tasks-table .total", "3 tasks")
     assert page.csp_violations == []
+
+
+def test_the_search_box_jumps_to_a_task_by_id_and_filters_a_segment_by_text(page, live, backend):
+    from tests.tasks import echo, send_email
+
+    elsewhere = send_email.enqueue("grace@example.com").id
+    for name in ("ada", "alan", "grace"):
+        echo.enqueue(f"{name}@example.com")
+    log_in(page, "/threadmill/workers/")
+    page.fill("#search", elsewhere)
+    page.press("#search", "Enter")
+    expect_text(page, "dl.facts", "emails")
+    assert page.url.endswith(f"/threadmill/default/task/{elsewhere}/")
+    page.goto("/threadmill/default/default/ready/")
+    page.fill("#search", "ada@")
+    page.press("#search", "Enter")
+    expect_text(page, "#tasks-table .total", "1 task matching")
+    expect_text(page, "#tasks-table", "ada@example.com")
+    assert page.locator("#tasks-table :text('grace@example.com')").count() == 0
+    shot(page, "task_list_search")
+    page.fill("#search", "no-such-task-id")
+    page.press("#search", "Enter")
+    expect_text(page, "#tasks-table .total", "0 tasks matching")  # on a segment, text filters it
+    page.goto("/threadmill/")
+    page.fill("#search", "no-such-task-id")
+    page.press("#search", "Enter")
+    expect_text(page, "#search-result", "No task has the id no-such-task-id on any backend")
+    assert page.csp_violations == []

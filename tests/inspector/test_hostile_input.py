@@ -308,6 +308,27 @@ def test_purge_answers_any_input_without_a_500_and_removes_only_when_confirmed(
         assert (backend, data["confirm"].strip()) == ("default", queue)  # the form strips what is typed
 
 
+@HYPOTHESIS
+@given(
+    params=form(
+        q=(st.sampled_from(["ready", "failed", "live", "ada", "tests.tasks"]), value("ready", "live", "x" * 200)),
+        backend=optional("default"),
+        queue=optional("default", "emails"),
+        segment=optional(*SEGMENTS),
+    ),
+    headers=htmx_headers,
+)
+def test_the_search_answers_any_query_without_a_500(operator_csrf, world, params, headers):
+    client, _ = operator_csrf
+    ids = world()
+    params["q"] = ids.get(params["q"], params["q"]) if "q" in params else ""
+    response = request(client, "GET", f"/threadmill/search/?{urlencode(params)}", headers)
+    if response.status_code == 302:
+        location = response.headers["Location"]
+        assert location.startswith("/threadmill/")
+        request(client, "GET", location, headers)  # where it sends the user answers too
+
+
 # -- operator controls ---------------------------------------------------------------------------
 
 
