@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from . import converters, operate, views
+from . import converters, metrics, operate, views
 
 register_converter(converters.BackendConverter, "tm_backend")
 register_converter(converters.QueueConverter, "tm_queue")
@@ -20,6 +20,7 @@ urlpatterns = [
     path("workers/", views.worker_list, name="worker_list"),
     path("audit/", views.audit_list, name="audit_list"),
     path("search/", views.search, name="search"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("schedules/", operate.schedule_list, name="schedule_list"),
     path(
         "schedules/<tm_backend:backend>/<tm_schedule:name>/<tm_schedule_command:command>/",

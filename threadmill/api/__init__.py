@@ -20,7 +20,7 @@ from datetime import UTC
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
-from . import controls, schedules
+from . import controls, metrics, schedules
 from .actions import (
     Requeued,
     count_selected,
@@ -74,6 +74,7 @@ __all__ = [
     "known_workers",
     "live_in_selection",
     "live_in_view",
+    "metrics",
     "natural_newest_first",
     "overview",
     "page",
