@@ -10,6 +10,8 @@ from django.urls import NoReverseMatch, reverse
 
 from threadmill import api
 
+from .charts import queue_charts
+
 
 def segment_url(alias: str, queue_name: str, segment: api.Segment) -> str | None:
     """Return a segment's console URL, or None for a queue name no URL can carry (one with a slash)."""
@@ -39,6 +41,7 @@ def overview_context(can_change: bool = False) -> dict:
     rows = [
         {
             "summary": s,
+            "charts": queue_charts(s.alias, s.queue_name),
             "pause_url": url_or_none(
                 "inspector:resume_queue" if s.paused else "inspector:pause_queue", s.alias, s.queue_name
             ),

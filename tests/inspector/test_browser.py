@@ -407,3 +407,24 @@ def test_the_search_box_jumps_to_a_task_by_id_and_filters_a_segment_by_text(page
     page.press("#search", "Enter")
     expect_text(page, "#search-result", "No task has the id no-such-task-id on any backend")
     assert page.csp_violations == []
+
+
+def test_the_overview_charts_each_queues_history_and_follows_a_dark_colour_scheme(page, live, backend):
+    from tests.tasks import echo
+
+    for i in range(5):
+        echo.enqueue(i)
+    log_in(page)
+    chart = page.locator('figure.queue-charts[data-queue="default"] div[data-window="1 hour"] svg').first
+    chart.wait_for()
+    assert "tasks in, out and failed per min, last 1 hour; peak" in chart.get_attribute("aria-label")
+    assert page.locator('figure.queue-charts[data-queue="default"] polyline.in').count() == 2  # 1 h and 24 h
+    echo.enqueue("one more")
+    expect_text(page, 'tr[data-queue="default"] a[data-segment="ready"]', "6")  # live: the charts ride in the same fragment
+    page.emulate_media(color_scheme="dark")
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(11, 18, 32)"
+    shot(page, "queue_list_dark")
+    page.emulate_media(color_scheme="light")
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(250, 250, 250)"
+    assert page.csp_violations == []

@@ -20,7 +20,7 @@ from datetime import UTC
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
-from . import controls, metrics, schedules
+from . import controls, history, metrics, schedules
 from .actions import (
     Requeued,
     count_selected,
@@ -70,6 +70,7 @@ __all__ = [
     "delete",
     "get_backend",
     "has_queue",
+    "history",
     "hub",
     "known_workers",
     "live_in_selection",
