@@ -420,7 +420,8 @@ def test_the_overview_charts_each_queues_history_and_follows_a_dark_colour_schem
     assert "tasks in, out and failed per min, last 1 hour; peak" in chart.get_attribute("aria-label")
     assert page.locator('figure.queue-charts[data-queue="default"] polyline.in').count() == 2  # 1 h and 24 h
     echo.enqueue("one more")
-    expect_text(page, 'tr[data-queue="default"] a[data-segment="ready"]', "6")  # live: the charts ride in the same fragment
+    # Live: the charts ride in the same fragment as the counts.
+    expect_text(page, 'tr[data-queue="default"] a[data-segment="ready"]', "6")
     page.emulate_media(color_scheme="dark")
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(11, 18, 32)"
