@@ -429,3 +429,16 @@ def test_the_overview_charts_each_queues_history_and_follows_a_dark_colour_schem
     page.emulate_media(color_scheme="light")
     assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(250, 250, 250)"
     assert page.csp_violations == []
+
+
+def test_no_page_load_asks_for_a_file_that_is_missing(page, live):
+    missing = []
+    page.on("response", lambda response: response.status == 404 and missing.append(response.url))
+    log_in(page)
+    for path in ["/threadmill/workers/", "/threadmill/schedules/", "/threadmill/default/default/ready/"]:
+        page.goto(path)
+        page.wait_for_load_state("load")
+    icon = page.evaluate("document.querySelector('link[rel=icon]').href")
+    assert page.request.get(icon).status == 200
+    assert page.request.get("/favicon.ico").status == 200  # redirected to the icon, for pages that do not link it
+    assert missing == []

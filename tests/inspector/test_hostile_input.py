@@ -175,7 +175,7 @@ def flat(params: dict) -> dict:
 
 
 @HYPOTHESIS
-@given(path=st.sampled_from(["", "workers/", "audit/", "schedules/"]), params=query, headers=htmx_headers)
+@given(path=st.sampled_from(["", "workers/", "audit/", "schedules/", "metrics"]), params=query, headers=htmx_headers)
 def test_the_overview_workers_and_audit_pages_answer_any_query_without_a_500(
     operator_csrf, seeded, path, params, headers
 ):
@@ -192,6 +192,7 @@ def test_the_overview_workers_and_audit_pages_answer_any_query_without_a_500(
         task=optional("tests.tasks.add", "tests.tasks.echo"),
         error=optional("builtins.RuntimeError"),
         lease=optional("gone", "overdue"),
+        q=optional("1", "ada", "tests"),
     ),
     headers=htmx_headers,
 )

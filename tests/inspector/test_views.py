@@ -325,3 +325,8 @@ def test_a_segment_page_opens_a_socket_that_carries_its_total_and_the_htmx_table
     assert '<p id="new-tasks"' in html
     partial = operator_client.get("/threadmill/default/default/ready/", headers={"HX-Request": "true"}).content.decode()
     assert "new-tasks" not in partial
+
+
+def test_the_site_redirects_favicon_ico_to_the_consoles_icon(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response.headers["Location"] == "/static/inspector/favicon.svg"
