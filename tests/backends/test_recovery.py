@@ -153,10 +153,10 @@ def test_recovery_returns_a_started_task_to_ready_with_the_lost_attempt_recorded
     assert raw.hget(T + result.id, "lease_token") is None
 
 
-def test_recovery_returns_a_buffered_task_to_ready_with_no_attempt_recorded(short, broker, raw):
+def test_recovery_returns_a_task_the_last_heartbeat_saw_buffered_to_ready_with_no_attempt_recorded(short, broker, raw):
     running, buffered = enqueue(short, echo, 1), enqueue(short, echo, 2)
     short.acquire("default", count=2, worker="h:1")
-    short.heartbeat("h:1", {"running": [running.id]})
+    short.heartbeat("h:1", {"running": [running.id], "buffered": [buffered.id]})
     _age_heartbeat(raw, "h:1", 3)
 
     assert broker.run_once() == (0, 2)
@@ -201,3 +201,16 @@ def test_a_broker_that_just_reached_the_server_waits_before_trusting_heartbeats(
     # Once it has reached the server for worker_timeout + socket_timeout, it recovers.
     fresh._reachable_since -= 3
     assert fresh.run_once() == (0, 1)
+
+
+def test_recovery_counts_a_task_leased_after_the_last_heartbeat_as_started(short, broker, raw):
+    short.heartbeat("h:1", {"running": [], "buffered": []})
+    result = enqueue(short, echo, 1)
+    short.acquire("default", worker="h:1")
+    _age_heartbeat(raw, "h:1", 3)
+
+    broker.run_once()
+
+    again = short.get_result(result.id)
+    assert again.worker_ids == ["h:1"]
+    assert again.errors[-1].exception_class_path == "threadmill.exceptions.WorkerLost"
