@@ -66,10 +66,10 @@ def window(title: str, history: api.history.History, per: str) -> Window:
     """Return one window's two panels from its (already bucketed) history."""
     peak = max([*history.enqueued, *history.finished, *history.failed, 0])
     throughput = Panel(
-        [
-            Line("in", "in", polylines(history.enqueued, peak)),
-            Line("out", "out", polylines(history.finished, peak)),
+        [  # failed first: on a quiet queue all three lie on the axis, and in and out matter more
             Line("failed", "failed", polylines(history.failed, peak)),
+            Line("out", "out", polylines(history.finished, peak)),
+            Line("in", "in", polylines(history.enqueued, peak)),
         ],
         f"{peak:,} / {per}",
         f"tasks in, out and failed per {per}, last {title}",

@@ -64,5 +64,6 @@ def test_one_read_gives_both_windows(backend, seeded):
     assert (hour.title, day.title) == ("1 hour", "24 hours")
     assert hour.throughput.peak.endswith(" / min") and day.throughput.peak.endswith(" / 15 min")
     assert 3 <= int(hour.throughput.peak.split()[0]) <= int(day.throughput.peak.split()[0]) <= 6
+    assert [line.kind for line in hour.throughput.lines] == ["failed", "out", "in"]
     assert len(hour.throughput.lines[0].segments[0].split()) == 60
     assert len(day.throughput.lines[0].segments[0].split()) == 96

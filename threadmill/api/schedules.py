@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ..schedules import Schedule
@@ -25,7 +25,7 @@ class ScheduleRow:
     @property
     def paused_since(self) -> datetime | None:
         since = (self.paused or {}).get("since")
-        return datetime.fromtimestamp(since).astimezone() if isinstance(since, int | float) else None
+        return datetime.fromtimestamp(since, UTC) if isinstance(since, int | float) else None
 
 
 def schedules() -> list[ScheduleRow]:
