@@ -3,8 +3,9 @@
 The role Sidekiq's `api.rb` plays for its web UI: the console never builds a Redis key and
 never imports `redis`; every read and every action goes through here. One module per concern:
 `queues` (backends, queues, pages, one task), `actions` (counts, requeue, delete, purge),
-`workers` (telemetry), `controls` (pause, worker commands, orphaned tasks), `schedules`; the
-overview lives here. Each action that touches several tasks is one
+`workers` (telemetry), `controls` (pause, worker commands, orphaned tasks), `schedules`,
+`history` (per-minute series for charts), `metrics` (Prometheus); the overview lives here.
+Each action that touches several tasks is one
 Lua script (or one script per bounded window), so a crash cannot lose a task between two
 writes. Worker snapshots arrive on the telemetry channel; one `TelemetryHub` per process
 holds one subscription and fans events out to listeners.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC
 
 from django.tasks.exceptions import TaskResultDoesNotExist
@@ -143,10 +144,10 @@ def overview(now: float | None = None) -> list[QueueSummary]:
             overdue = bool(counts[Segment.RUNNING]) and lease_overdue(alias, queue_name, now)
             pause = paused.get(queue_name)
             status, level = queue_status(alias, queue_name, counts, workers, now, overdue, pause)
-            summary = QueueSummary(
-                alias, queue_name, counts, latency, flow["ingress"], flow["egress"], status, level, (now % 60) / 60
+            ingress, egress, elapsed = flow["ingress"], flow["egress"], (now % 60) / 60
+            out.append(
+                QueueSummary(alias, queue_name, counts, latency, ingress, egress, status, level, elapsed, paused=pause)
             )
-            out.append(replace(summary, paused=pause))
     return out
 
 
