@@ -12,6 +12,8 @@ TASKS = {
     "default": {
         "BACKEND": "threadmill.backends.redis.RedisTaskBackend",
         "REDIS_URL": REDIS_URL,
+        # THREADMILL_TEST_CLUSTER=1: REDIS_URL names a node of the session's Valkey Cluster.
+        "CLUSTER": os.environ.get("THREADMILL_TEST_CLUSTER") == "1",
         "QUEUES": ["default", "emails", "reports"],
         # THREADMILL_TEST_LEASE_TTL: a short lease for the worker tests that kill a process; the
         # fault suite shortens the liveness and connection timeouts the same way.

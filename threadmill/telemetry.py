@@ -77,7 +77,7 @@ class TelemetryPublisher:
     def goodbye(self) -> None:
         """Publish the stopped snapshot; leave the workers set unless leases are still held (the broker's then)."""
         backend, process = self.process.backend, self.process
-        self._send(lambda: backend.client.publish(self.channel, json.dumps(self.snapshot("stopped"))))
+        self._send(lambda: backend.publish_telemetry(json.dumps(self.snapshot("stopped"))))
         if not process.holds_leases:
             self._send(lambda: backend.heartbeat(process.name, None))
 

@@ -211,31 +211,32 @@ class TelemetryHub:
     def _listen(self) -> None:
         from . import backend_aliases, get_backend
 
-        # One pub/sub connection per distinct server, whatever the number of browser tabs.
-        channels: dict[str, dict[str, str]] = {}
+        # One subscription per distinct server or cluster, whatever the number of browser tabs
+        # (on a cluster, sharded: one connection per node owning a channel's slot).
+        channels: dict[tuple[str, bool], dict[str, str]] = {}
         for alias in backend_aliases():
             backend = get_backend(alias)
-            channels.setdefault(backend.redis_url, {})[backend.keys.telemetry()] = alias
+            channels.setdefault((backend.redis_url, backend.cluster), {})[backend.keys.telemetry()] = alias
         subscriptions = []
         for names in channels.values():
-            pubsub = get_backend(next(iter(names.values()))).client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(*names)
-            subscriptions.append((pubsub, names))
+            subscription = get_backend(next(iter(names.values()))).subscribe_telemetry(list(names))
+            subscriptions.append((subscription, names))
         last_tick = time.monotonic()
         try:
             while not self._stop.is_set():
-                for pubsub, names in subscriptions:
-                    message = pubsub.get_message(timeout=0.2 / len(subscriptions))
-                    if message and message["type"] == "message":
-                        kind = self.record(names[message["channel"].decode()], message["data"])
+                for subscription, names in subscriptions:
+                    message = subscription.next_message(timeout=0.2 / len(subscriptions))
+                    if message:
+                        channel, payload = message
+                        kind = self.record(names[channel], payload)
                         if kind:
                             self._notify(kind)
                 if time.monotonic() - last_tick >= DEFAULT_TELEMETRY_INTERVAL_S:
                     last_tick = time.monotonic()
                     self._notify("tick")
         finally:
-            for pubsub, _ in subscriptions:
-                pubsub.close()
+            for subscription, _ in subscriptions:
+                subscription.close()
 
 
 _hub = TelemetryHub()
