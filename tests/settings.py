@@ -27,3 +27,9 @@ TASKS = {
     }
 }
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+if os.environ.get("THREADMILL_TEST_SCHEDULE"):
+    # The live console of the browser tests: one schedule to show, pause and run now (its tick is rare).
+    TASKS["default"]["SCHEDULE"] = {
+        "yearly-echo": {"task": "tests.tasks.echo", "cron": "0 3 1 1 *", "args": ["yearly"]}
+    }

@@ -48,6 +48,10 @@ class WorkerSnapshot:
     last_seen: float = 0.0
     stopped: bool = False
     state: str = "live"
+    #: The worker's id ("host:pid"), which worker commands name.
+    name: str = ""
+    #: What the worker said it is doing: "running", "quiet" or "stopping".
+    reported: str = "running"
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -78,10 +82,11 @@ def parse_worker_event(alias: str, event: dict, now: float) -> WorkerSnapshot | 
     if event.get("type") not in ("worker", "snapshot", "stopped") or "pid" not in event:
         return None
     queues = event.get("queues")
+    host, pid = str(event.get("host", "?")), int(_number(event, "pid"))
     return WorkerSnapshot(
         alias=alias,
-        host=str(event.get("host", "?")),
-        pid=int(_number(event, "pid")),
+        host=host,
+        pid=pid,
         queues=[str(q) for q in queues] if isinstance(queues, list) else [],
         threads=int(_number(event, "threads")),
         busy=int(_number(event, "busy", "busy_threads")),
@@ -95,6 +100,8 @@ def parse_worker_event(alias: str, event: dict, now: float) -> WorkerSnapshot | 
         interval=float(_number(event, "interval", "interval_s", default=DEFAULT_TELEMETRY_INTERVAL_S)),
         last_seen=now,
         stopped=event.get("type") == "stopped" or event.get("state") == "stopped" or event.get("stopped") is True,
+        name=str(event.get("worker") or f"{host}:{pid}"),
+        reported=str(event.get("state") or "running"),
     )
 
 
