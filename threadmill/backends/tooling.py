@@ -260,6 +260,7 @@ class RedisTooling:
         raw = self.client.get(self.keys.worker(name))
         return None if raw is None else json.loads(raw)
 
+    @translate_errors
     def queue_stats(self) -> dict[str, dict[Segment, int]]:
         """Return, for every queue, the number of tasks in each segment."""
         names = self.queue_names()

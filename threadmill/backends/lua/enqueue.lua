@@ -39,7 +39,8 @@ if schedule ~= '' then
     end
   end
   local time = redis.call('TIME')
-  redis.call('HSET', KEYS[4], schedule .. ':task', ARGV[7], schedule .. ':enqueued_at', time[1] .. '.' .. time[2])
+  redis.call('HSET', KEYS[4], schedule .. ':task', ARGV[7], schedule .. ':enqueued_at',
+    string.format('%d.%06d', time[1], time[2]))
 end
 local ready = false
 for i = 1, n do
