@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from functools import partial
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -18,7 +19,8 @@ from django.template.loader import render_to_string
 
 from threadmill import api
 
-from .fragments import overview_context, workers_context
+from .fragments import SegmentWatch, overview_context, workers_context
+from .security import can_change
 
 logger = logging.getLogger("inspector.live")
 
@@ -34,22 +36,33 @@ FRAGMENTS = {
 }
 
 
-_rendered: dict[str, tuple[int, str]] = {}
+_rendered: dict[tuple[str, bool], tuple[int, str]] = {}
 
 
-def render_fragment(view: str) -> str:
-    """Render one page's live fragment, marked for an out-of-band swap.
+def render_fragment(view: str, can_change: bool = False) -> str:
+    """Render one page's live fragment, marked for an out-of-band swap, with controls only for who may use them.
 
-    Tabs of this process that update after the same telemetry event share one render.
+    Tabs of this process that update after the same telemetry event share one render. The
+    controls' forms carry no CSRF token here (no request): htmx sends it in a header.
     """
     generation = api.hub().generation
-    cached = _rendered.get(view)
+    cached = _rendered.get((view, can_change))
     if cached and cached[0] == generation:
         return cached[1]
     template_name, context, _ = FRAGMENTS[view]
-    html = render_to_string(template_name, {**context(), "oob": True})
-    _rendered[view] = (generation, html)
+    html = render_to_string(template_name, {**context(can_change), "oob": True})
+    _rendered[(view, can_change)] = (generation, html)
     return html
+
+
+#: A segment page's notice: which changes re-render it, and its partial.
+SEGMENT_KINDS = {"queues", "tick"}
+SEGMENT_NOTICE = "inspector/task_list.html#new-tasks"
+
+
+def render_segment_notice(watch: SegmentWatch) -> str:
+    """Render a segment page's "N new tasks" notice for an out-of-band swap (per page: its baseline is its own)."""
+    return render_to_string(SEGMENT_NOTICE, {**watch.context(), "oob": True})
 
 
 class ConsoleConsumer(AsyncWebsocketConsumer):
@@ -62,8 +75,17 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         # QueryDict decodes any bytes (a hostile query string is not always UTF-8).
-        self.view = QueryDict(self.scope.get("query_string", b"")).get("view", "overview")
-        if self.view not in FRAGMENTS:
+        query = QueryDict(self.scope.get("query_string", b""))
+        self.view = query.get("view", "overview")
+        if self.view == "segment":
+            watch = await database_sync_to_async(SegmentWatch.of)(query)
+            self.kinds, self.render = SEGMENT_KINDS, partial(render_segment_notice, watch)
+        elif self.view in FRAGMENTS:
+            watch, allowed = True, await database_sync_to_async(can_change)(user)
+            self.kinds, self.render = FRAGMENTS[self.view][2], partial(render_fragment, self.view, allowed)
+        else:
+            watch = None
+        if watch is None:
             await self.close(code=4400)
             return
         self.visible = True
@@ -75,7 +97,7 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
 
     def _on_telemetry(self, kind: str) -> None:
         # Called on the hub's thread: hand the news to this connection's loop, nothing more.
-        if kind in FRAGMENTS[self.view][2]:
+        if kind in self.kinds:
             self.loop.call_soon_threadsafe(self.changed.set)
 
     async def _pump(self) -> None:
@@ -86,7 +108,7 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
             if not self.visible:
                 continue
             try:
-                await self.send(text_data=await database_sync_to_async(render_fragment)(self.view))
+                await self.send(text_data=await database_sync_to_async(self.render)())
             except Exception:
                 logger.exception("Rendering the %s fragment failed.", self.view)
             await asyncio.sleep(interval)  # the rate limit: later changes coalesce into one update

@@ -51,3 +51,51 @@ class TaskIdConverter:
 
     def to_url(self, value: str) -> str:
         return value
+
+
+class WorkerConverter:
+    """A worker process's id, "host:pid"; whether it is live needs the backend, so the view checks that."""
+
+    regex = r"[^/]{1,300}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class WorkerCommandConverter:
+    """What an operator can ask of a worker process."""
+
+    regex = r"quiet|stop"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class ScheduleNameConverter:
+    """A schedule's name (its settings entry); whether the backend has it, the view checks."""
+
+    regex = r"[A-Za-z0-9_.-]{1,100}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class ScheduleCommandConverter:
+    """What an operator can do to a schedule."""
+
+    regex = r"pause|resume|run"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value

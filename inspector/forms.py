@@ -16,15 +16,18 @@ _TASK_ID = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 
 
 class FilterForm(forms.Form):
-    """Filter a segment by task path and by error class (exact dotted paths)."""
+    """Filter a segment by task path and by error class (exact dotted paths), and by text in its arguments."""
 
     task = forms.CharField(required=False, max_length=200, label="Task path")
     error = forms.CharField(required=False, max_length=200, label="Error class")
+    q = forms.CharField(required=False, max_length=200, strip=False, label="Text")
 
     def clean(self):
         data = super().clean()
         try:
-            data["where"] = api.Filter(task_path=data.get("task", ""), error_class=data.get("error", ""))
+            data["where"] = api.Filter(
+                task_path=data.get("task", ""), error_class=data.get("error", ""), text=data.get("q", "")
+            )
         except ValueError as e:
             raise ValidationError(str(e)) from e
         return data
@@ -89,3 +92,18 @@ def reason(form: forms.Form) -> str:
         for name, messages in form.errors.items()
         for message in messages
     )
+
+
+class SearchForm(forms.Form):
+    """The search box: a task id, or text to filter the current segment by; the segment comes along as hidden fields."""
+
+    q = forms.CharField(max_length=200, strip=True, label="Search")
+    backend = forms.CharField(required=False, max_length=100)
+    queue = forms.CharField(required=False, max_length=200)
+    segment = forms.ChoiceField(required=False, choices=[("", "")] + [(s.value, s.value) for s in api.Segment])
+
+    @property
+    def task_id(self) -> str | None:
+        """The query, when it has the shape of a task id."""
+        q = self.cleaned_data["q"]
+        return q if _TASK_ID.fullmatch(q) else None

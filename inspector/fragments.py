@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass
 
 from django.urls import NoReverseMatch, reverse
 
 from threadmill import api
 
+from .charts import queue_charts
+
 
 def segment_url(alias: str, queue_name: str, segment: api.Segment) -> str | None:
     """Return a segment's console URL, or None for a queue name no URL can carry (one with a slash)."""
+    return url_or_none("inspector:task_list", alias, queue_name, segment)
+
+
+def url_or_none(name: str, *args) -> str | None:
+    """Return a console URL, or None when an argument (a queue name with a slash) cannot be carried by one."""
     try:
-        return reverse("inspector:task_list", args=[alias, queue_name, segment])
+        return reverse(name, args=args)
     except NoReverseMatch:
         return None
 
@@ -26,12 +35,16 @@ def sparkline_points(values: list[int], width: int = 120, height: int = 24) -> s
     return " ".join(f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(values))
 
 
-def overview_context() -> dict:
-    """Return what the overview's queue table shows."""
+def overview_context(can_change: bool = False) -> dict:
+    """Return what the overview's queue table shows; the pause and resume buttons only to who may use them."""
     summaries = api.overview()
     rows = [
         {
             "summary": s,
+            "charts": queue_charts(s.alias, s.queue_name),
+            "pause_url": url_or_none(
+                "inspector:resume_queue" if s.paused else "inspector:pause_queue", s.alias, s.queue_name
+            ),
             "counts": [
                 (segment, s.counts[segment], segment_url(s.alias, s.queue_name, segment)) for segment in api.Segment
             ],
@@ -40,16 +53,79 @@ def overview_context() -> dict:
         }
         for s in summaries
     ]
-    return {"queue_rows": rows, "segments": list(api.Segment)}
+    return {"queue_rows": rows, "segments": list(api.Segment), "can_change": can_change}
 
 
-def workers_context() -> dict:
-    """Return what the workers table shows: hosts, each with its worker processes."""
+#: What the workers page shows while a command waits in Redis for the worker's supervisor to take it.
+PENDING_STATES = {"quiet": "quieting", "stop": "stopping"}
+
+
+def workers_context(can_change: bool = False) -> dict:
+    """Return what the workers table shows: hosts, each with its worker processes and their controls."""
     now = time.time()
+    pending = {alias: api.controls.pending_commands(alias) for alias in api.backend_aliases()}
     hosts: dict[str, list] = {}
-    for worker in api.hub().workers(now):
+    for worker in _workers(now):
+        command = pending.get(worker.alias, {}).get(worker.name, {}).get("command")
         hosts.setdefault(worker.host, []).append(
-            {"worker": worker, "uptime_s": worker.uptime_s(now), "seen_s_ago": max(0.0, now - worker.last_seen)}
-        )
+            {
+                "worker": worker, "uptime_s": worker.uptime_s(now), "seen_s_ago": max(0.0, now - worker.last_seen),
+                "shown_state": shown_state(worker, command), "pending": command,
+                "quiet_url": url_or_none("inspector:command_worker", worker.alias, worker.name, "quiet"),
+                "stop_url": url_or_none("inspector:command_worker", worker.alias, worker.name, "stop"),
+            }
+        )  # fmt: skip
     live = sum(1 for workers in hosts.values() for w in workers if w["worker"].state == "live")
-    return {"hosts": sorted(hosts.items()), "live_workers": live, "warming_up": not api.hub().warmed_up(now)}
+    context = {"hosts": sorted(hosts.items()), "live_workers": live, "can_change": can_change}
+    return {**context, "warming_up": not api.hub().warmed_up(now)}
+
+
+def _workers(now: float) -> list[api.WorkerSnapshot]:
+    """Return the workers the hub heard, and, until it listened long enough, the live ones Redis knows of."""
+    heard = {w.key: w for w in api.hub().workers(now)}
+    if not api.hub().warmed_up(now):
+        for worker in api.known_workers(now):
+            heard.setdefault(worker.key, worker)
+    return sorted(heard.values(), key=lambda w: (w.host, w.pid))
+
+
+def shown_state(worker: api.WorkerSnapshot, command: str | None) -> str:
+    """Return a worker's state as the page says it: a pending command's, else what the worker reported."""
+    if worker.state != "live":
+        return worker.state  # lost or stopped: a command waiting for it no longer matters
+    if command in PENDING_STATES:
+        return PENDING_STATES[command]
+    return worker.reported if worker.reported in ("quiet", "stopping") else "live"
+
+
+#: A segment page's baseline total as the websocket URL carries it: ASCII digits, bounded.
+_TOTAL = re.compile(r"[0-9]{1,12}")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentWatch:
+    """One open segment page: its segment, and the segment's total when the page was rendered."""
+
+    alias: str
+    queue_name: str
+    segment: api.Segment
+    total: int
+
+    @classmethod
+    def of(cls, query) -> SegmentWatch | None:
+        """Return the watch a websocket's query asks for, or None when it names no known segment."""
+        alias, queue_name, segment, total = (query.get(k, "") for k in ("backend", "queue", "segment", "total"))
+        if alias not in api.backend_aliases() or segment not in api.Segment or not _TOTAL.fullmatch(total):
+            return None
+        if not api.has_queue(alias, queue_name):
+            return None
+        return cls(alias, queue_name, api.Segment(segment), int(total))
+
+    def context(self) -> dict:
+        """Return what the "N new tasks" notice says: how the segment's total moved since the page was rendered."""
+        change = api.count_view(self.alias, self.queue_name, self.segment) - self.total
+        return {
+            "new_count": change,
+            "gone_count": -change,
+            "reload_url": segment_url(self.alias, self.queue_name, self.segment),
+        }

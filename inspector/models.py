@@ -5,12 +5,22 @@ from django.db import models
 
 
 class AuditEntry(models.Model):
-    """One console action: requeue, delete or purge, with the tasks it touched."""
+    """One console action: requeue, delete or purge with the tasks it touched, or an operator control.
+
+    Controls touch no task: pausing or resuming a queue (or a schedule: `scope` names it),
+    quieting or stopping a worker process (`scope` names it) and running a schedule now
+    (`task_ids` holds the task it enqueued).
+    """
 
     class Action(models.TextChoices):
         REQUEUE = "requeue", "Requeue"
         DELETE = "delete", "Delete"
         PURGE = "purge", "Purge"
+        PAUSE = "pause", "Pause"
+        RESUME = "resume", "Resume"
+        QUIET = "quiet", "Quiet"
+        STOP = "stop", "Stop"
+        RUN_NOW = "run_now", "Run now"
 
     #: Most task ids an entry keeps; a purge of a million tasks records the count only.
     MAX_TASK_IDS = 1000

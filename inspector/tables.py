@@ -44,9 +44,11 @@ class TaskRow:
     error_class: str = ""
     preview: str = ""
     read_error: str = ""
+    #: Which of "gone" (the worker's heartbeat stopped) and "overdue" (the lease is past due) a running task carries.
+    lease_flags: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, alias: str, item) -> TaskRow:
+    def of(cls, alias: str, item, check: api.controls.LeaseCheck | None = None) -> TaskRow:
         if isinstance(item, api.UnreadableTask):
             return cls(item.id, alias, preview=item.preview[:PREVIEW_CHARS], read_error=item.error[:PREVIEW_CHARS])
         ran = item.last_attempted_at or item.started_at
@@ -65,6 +67,7 @@ class TaskRow:
             duration_s=(item.finished_at - ran).total_seconds() if item.finished_at and ran else None,
             attempts=len(item.worker_ids),
             error_class=item.errors[-1].exception_class_path if item.errors else "",
+            lease_flags=frozenset(check.flags(item)) if check else frozenset(),
         )
 
     @property
@@ -76,8 +79,14 @@ class TaskRow:
         return self.lease_deadline is not None and self.lease_deadline.timestamp() < time.time()
 
     @property
+    def worker_gone(self) -> bool:
+        return "gone" in self.lease_flags
+
+    @property
     def css_class(self) -> str:
-        return "overdue" if self.overdue else ("unreadable" if self.unreadable else "")
+        if self.overdue or self.worker_gone:
+            return "overdue"
+        return "unreadable" if self.unreadable else ""
 
     @property
     def lease_age_s(self) -> float | None:
@@ -91,9 +100,12 @@ class SegmentData(TableData):
     requested page (ordered as the table says), so both are answered by one round trip.
     """
 
-    def __init__(self, alias: str, queue_name: str, segment: api.Segment, where: api.Filter, page_number: int):
+    def __init__(
+        self, alias: str, queue_name: str, segment: api.Segment, where: api.Filter, page_number: int, lease: str = ""
+    ):
         super().__init__([])
-        self.alias, self.queue_name, self.segment, self.where = alias, queue_name, segment, where
+        self.alias, self.queue_name, self.segment, self.where, self.lease = alias, queue_name, segment, where, lease
+        self._check: api.controls.LeaseCheck | None = None
         self.offset = (page_number - 1) * PER_PAGE
         self.newest_first = api.natural_newest_first(segment)
         self._fetched: api.SegmentPage | None = None
@@ -101,9 +113,23 @@ class SegmentData(TableData):
 
     def _fetch(self, offset: int) -> api.SegmentPage:
         if self._fetched is None or self._fetched_offset != offset:
-            found = api.page(self.alias, self.queue_name, self.segment, offset, PER_PAGE, self.where, self.newest_first)
+            if self.lease:
+                found = api.controls.flagged_page(
+                    self.alias, self.queue_name, self.lease, offset, PER_PAGE, self.where, self.newest_first
+                )
+            else:
+                found = api.page(
+                    self.alias, self.queue_name, self.segment, offset, PER_PAGE, self.where, self.newest_first
+                )
             self._fetched, self._fetched_offset = found, offset
         return self._fetched
+
+    @property
+    def check(self) -> api.controls.LeaseCheck | None:
+        """The lease check a running page's rows are flagged by, read once per page."""
+        if self.segment is api.Segment.RUNNING and self._check is None:
+            self._check = api.controls.lease_check(self.alias)
+        return self._check
 
     @property
     def exact(self) -> bool:
@@ -117,7 +143,7 @@ class SegmentData(TableData):
             start = key.start or 0
             found = self._fetch(start)
             stop = len(found.items) if key.stop is None else key.stop - start
-            return [TaskRow.of(self.alias, item) for item in found.items[:stop]]
+            return [TaskRow.of(self.alias, item, self.check) for item in found.items[:stop]]
         return self[key : key + 1][0]
 
     def __iter__(self):
@@ -158,6 +184,7 @@ class SegmentTable(tables.Table):
     task_path = tables.Column(verbose_name="Task", orderable=False, empty_values=())
     priority = tables.Column(orderable=False)
     args_preview = tables.Column(verbose_name="Args", orderable=False)
+    attempts = tables.Column(orderable=False)
     enqueued_at = tables.Column(verbose_name="Enqueued", order_by=("position",), orderable=True)
 
     class Meta:
@@ -196,10 +223,19 @@ class RunningTable(SegmentTable):
     class Meta(SegmentTable.Meta):
         pass
 
+    lease_flags = tables.Column(verbose_name="Lease", orderable=False, empty_values=())
     worker = tables.Column(orderable=False)
     lease_started_at = tables.Column(verbose_name="Lease started", orderable=False)
     lease_age_s = tables.Column(verbose_name="Lease age", orderable=False, empty_values=())
     lease_deadline = tables.Column(verbose_name="Deadline", orderable=False)
+
+    def render_lease_flags(self, value, record):
+        badges = []
+        if record.worker_gone:
+            badges.append(mark_safe('<span data-flag="gone" class="badge bad">worker gone</span>'))
+        if record.overdue:
+            badges.append(mark_safe('<span data-flag="overdue" class="badge bad">overdue</span>'))
+        return mark_safe(" ".join(badges)) if badges else mark_safe('<span class="badge live">current</span>')
 
     def render_worker(self, value):
         return format_html('<span class="mono">{}</span>', value)
@@ -210,9 +246,7 @@ class RunningTable(SegmentTable):
     def render_lease_age_s(self, value):
         return _seconds(value)
 
-    def render_lease_deadline(self, value, record):
-        if record.overdue:
-            return format_html('<span class="badge bad">overdue</span> {}', _moment(value))
+    def render_lease_deadline(self, value):
         return _moment(value)
 
 
@@ -222,7 +256,6 @@ class FinishedTable(SegmentTable):
 
     finished_at = tables.Column(verbose_name="Finished", orderable=False)
     duration_s = tables.Column(verbose_name="Duration", orderable=False, empty_values=())
-    attempts = tables.Column(orderable=False)
     error_class = tables.Column(verbose_name="Error", orderable=False)
 
     def render_finished_at(self, value):
@@ -243,6 +276,7 @@ class UnreadableTable(tables.Table):
     id = tables.Column(verbose_name="Id", orderable=False)
     preview = tables.Column(verbose_name="Raw payload (preview)", orderable=False)
     read_error = tables.Column(verbose_name="Read error", orderable=False)
+    attempts = tables.Column(orderable=False, empty_values=())
     enqueued_at = tables.Column(verbose_name="Order", order_by=("position",), empty_values=(), orderable=True)
 
     class Meta(SegmentTable.Meta):
@@ -256,6 +290,9 @@ class UnreadableTable(tables.Table):
     def render_enqueued_at(self, value):
         return "—"
 
+    def render_attempts(self, value):
+        return "—"  # unknown: the payload that counts them cannot be read
+
 
 TABLE_OF_SEGMENT = {
     api.Segment.READY: SegmentTable,
@@ -267,9 +304,11 @@ TABLE_OF_SEGMENT = {
 }
 
 
-def segment_table(request, alias, queue_name, segment, where, page_number, selectable: bool) -> tables.Table:
+def segment_table(
+    request, alias, queue_name, segment, where, page_number, selectable: bool, lease: str = ""
+) -> tables.Table:
     """Return the table of one segment view, ordered and paginated per the request."""
-    data = SegmentData(alias, queue_name, segment, where, page_number)
+    data = SegmentData(alias, queue_name, segment, where, page_number, lease)
     table = TABLE_OF_SEGMENT[segment](data, request=None, exclude=() if selectable else ("select",))
     sort = request.GET.get("sort", "")
     if sort not in SORTS:

@@ -2,12 +2,16 @@
 
 from django.urls import path, register_converter
 
-from . import converters, views
+from . import converters, metrics, operate, views
 
 register_converter(converters.BackendConverter, "tm_backend")
 register_converter(converters.QueueConverter, "tm_queue")
 register_converter(converters.SegmentConverter, "tm_segment")
 register_converter(converters.TaskIdConverter, "tm_task_id")
+register_converter(converters.WorkerConverter, "tm_worker")
+register_converter(converters.WorkerCommandConverter, "tm_worker_command")
+register_converter(converters.ScheduleNameConverter, "tm_schedule")
+register_converter(converters.ScheduleCommandConverter, "tm_schedule_command")
 
 app_name = "inspector"
 
@@ -15,8 +19,28 @@ urlpatterns = [
     path("", views.queue_list, name="queue_list"),
     path("workers/", views.worker_list, name="worker_list"),
     path("audit/", views.audit_list, name="audit_list"),
+    path("search/", views.search, name="search"),
+    path("metrics", metrics.metrics, name="metrics"),
+    path("schedules/", operate.schedule_list, name="schedule_list"),
+    path(
+        "schedules/<tm_backend:backend>/<tm_schedule:name>/<tm_schedule_command:command>/",
+        operate.control_schedule,
+        name="control_schedule",
+    ),
+    path(
+        "workers/<tm_backend:backend>/<tm_worker:worker>/<tm_worker_command:command>/",
+        operate.command_worker,
+        name="command_worker",
+    ),
     path("<tm_backend:backend>/task/<tm_task_id:task_id>/", views.task_detail, name="task_detail"),
     path("<tm_backend:backend>/task/<tm_task_id:task_id>/requeue/", views.requeue_task, name="requeue_task"),
+    path("<tm_backend:backend>/<tm_queue:queue>/pause/", operate.pause_queue, name="pause_queue"),
+    path("<tm_backend:backend>/<tm_queue:queue>/resume/", operate.resume_queue, name="resume_queue"),
+    path(
+        "<tm_backend:backend>/<tm_queue:queue>/running/requeue-orphaned/",
+        operate.requeue_orphaned,
+        name="requeue_orphaned",
+    ),
     path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/", views.task_list, name="task_list"),
     path(
         "<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/requeue/", views.requeue_tasks, name="requeue_tasks"

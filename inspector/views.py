@@ -62,7 +62,7 @@ def _filter(data) -> api.Filter:
 
 def _segment_url(alias: str, queue_name: str, segment: api.Segment, where: api.Filter = api.NO_FILTER) -> str:
     url = reverse("inspector:task_list", args=[alias, queue_name, segment])
-    query = {k: v for k, v in (("task", where.task_path), ("error", where.error_class)) if v}
+    query = {k: v for k, v in (("task", where.task_path), ("error", where.error_class), ("q", where.text)) if v}
     return f"{url}?{urlencode(query)}" if query else url
 
 
@@ -72,7 +72,7 @@ def _segment_url(alias: str, queue_name: str, segment: api.Segment, where: api.F
 @require_GET
 @console_view
 def queue_list(request):
-    context = {"active": "queues", **overview_context()}
+    context = {"active": "queues", **overview_context(can_change(request.user))}
     return render(request, _partial(request, "inspector/queue_list.html", "queues-table"), context)
 
 
@@ -80,15 +80,34 @@ def queue_list(request):
 @console_view
 def task_list(request, backend: str, queue: str, segment: api.Segment):
     _queue_or_404(backend, queue)
-    where, page_number = _filter(request.GET), _page_number(request)
-    table = segment_table(request, backend, queue, segment, where, page_number, can_change(request.user))
+    where, page_number, lease = _filter(request.GET), _page_number(request), _lease(request.GET, segment)
+    table = segment_table(request, backend, queue, segment, where, page_number, can_change(request.user), lease)
     _paginate(table, page_number)
     context = {
         "active": "queues", "backend": backend, "queue_name": queue, "segment": segment, "table": table, "where": where,
-        "segments": list(api.Segment), "can_change": can_change(request.user),
+        "segments": list(api.Segment), "can_change": can_change(request.user), "lease": lease,
         "requeueable": segment in api.REQUEUEABLE_SEGMENTS, "filter_form": forms.FilterForm(request.GET or None),
+        "lease_flags": api.controls.LEASE_FLAGS if segment is api.Segment.RUNNING else (),
     }  # fmt: skip
+    if not request.htmx:
+        total = api.count_view(backend, queue, segment)
+        context["watch_query"] = urlencode(
+            {"view": "segment", "backend": backend, "queue": queue, "segment": segment.value, "total": total}
+        )
+    if segment is api.Segment.RUNNING and context["can_change"] and not request.htmx:
+        context["orphaned"] = len(api.controls.orphaned(backend, queue))
     return render(request, _partial(request, "inspector/task_list.html", "tasks-table"), context)
+
+
+def _lease(data, segment: api.Segment) -> str:
+    """Return the running view's lease filter ("gone", "overdue" or ""); 400 for anything else."""
+    lease = data.get("lease", "")
+    if lease and lease not in api.controls.LEASE_FLAGS:
+        flags = " or ".join(api.controls.LEASE_FLAGS)
+        raise BadRequest(f"The lease filter is {flags}, not {lease[:20]!r}.")
+    if lease and segment is not api.Segment.RUNNING:
+        raise BadRequest("The lease filter applies to the running segment only.")
+    return lease
 
 
 def _paginate(table, page_number: int) -> None:
@@ -123,7 +142,7 @@ def _queue_of(task) -> str:
 @require_GET
 @console_view
 def worker_list(request):
-    context = {"active": "workers", **workers_context()}
+    context = {"active": "workers", **workers_context(can_change(request.user))}
     return render(request, _partial(request, "inspector/worker_list.html", "workers-table"), context)
 
 
@@ -214,9 +233,7 @@ def _action(request, action: str, alias: str, queue_name: str, segment: api.Segm
         raise BadRequest("Delete acts on selected tasks only; purge empties a whole segment.")
     if request.POST.get("confirmed") != "yes":
         return _confirm(request, action, alias, queue_name, segment, scope, ids, where)
-    scope_text = (
-        "selected tasks" if scope == "selected" else f"view {where.task_path or '*'} {where.error_class}".strip()
-    )
+    scope_text = "selected tasks" if scope == "selected" else _view_text(where)
     if action == "delete":
         done = api.delete(alias, queue_name, segment, ids)
         audit.record(request, action, alias, queue_name, segment.value, scope_text, len(done), done)
@@ -224,6 +241,11 @@ def _action(request, action: str, alias: str, queue_name: str, segment: api.Segm
     else:
         _requeue(request, alias, queue_name, segment, scope, scope_text, ids, where, force)
     return redirect(_segment_url(alias, queue_name, segment, where))
+
+
+def _view_text(where: api.Filter) -> str:
+    text = f"view {where.task_path or '*'} {where.error_class}".strip()
+    return f"{text} text {where.text!r}" if where.text else text
 
 
 def _tasks(count: int) -> str:
@@ -287,3 +309,34 @@ def purge_segment(request, backend: str, queue: str, segment: api.Segment):
     context["count"] = api.count_view(backend, queue, segment)
     status = 400 if request.method == "POST" else 200
     return render(request, "inspector/purge_confirm.html", context, status=status)
+
+
+# -- search ----------------------------------------------------------------------------
+
+
+@require_GET
+@console_view
+def search(request):
+    """Jump to a task by id, whatever its queue or segment; else filter the current segment by the text."""
+    form = forms.SearchForm(request.GET)
+    if not form.is_valid():
+        raise BadRequest(forms.reason(form))
+    found = _find_task(form.task_id) if form.task_id else None
+    if found:
+        return redirect("inspector:task_detail", found, form.task_id)
+    alias, queue_name, segment = (form.cleaned_data[k] for k in ("backend", "queue", "segment"))
+    if alias in api.backend_aliases() and segment and api.has_queue(alias, queue_name):
+        return redirect(_segment_url(alias, queue_name, api.Segment(segment), api.Filter(text=form.cleaned_data["q"])))
+    context = {"active": "", "q": form.cleaned_data["q"], "looked_for_id": bool(form.task_id)}
+    return render(request, "inspector/search.html", context, status=404)
+
+
+def _find_task(task_id: str) -> str | None:
+    """Return the alias of the backend that stores a task with this id, or None."""
+    for alias in api.backend_aliases():
+        try:
+            api.task(alias, task_id)
+        except api.TaskResultDoesNotExist:
+            continue
+        return alias
+    return None

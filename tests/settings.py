@@ -2,7 +2,7 @@
 
 import os
 
-from inspector.site.settings import *  # noqa: F403
+from inspector.site.settings import *
 
 REDIS_URL = os.environ.get("THREADMILL_TEST_REDIS_URL", "redis://127.0.0.1:1/0")
 DATABASES = {
@@ -12,9 +12,24 @@ TASKS = {
     "default": {
         "BACKEND": "threadmill.backends.redis.RedisTaskBackend",
         "REDIS_URL": REDIS_URL,
+        # THREADMILL_TEST_CLUSTER=1: REDIS_URL names a node of the session's Valkey Cluster.
+        "CLUSTER": os.environ.get("THREADMILL_TEST_CLUSTER") == "1",
         "QUEUES": ["default", "emails", "reports"],
-        # THREADMILL_TEST_LEASE_TTL: a short lease for the worker tests that kill a process.
-        "OPTIONS": {"lease_ttl": float(os.environ.get("THREADMILL_TEST_LEASE_TTL", 300)), "poll_max_interval": 0.05},
+        # THREADMILL_TEST_LEASE_TTL: a short lease for the worker tests that kill a process; the
+        # fault suite shortens the liveness and connection timeouts the same way.
+        "OPTIONS": {
+            "lease_ttl": float(os.environ.get("THREADMILL_TEST_LEASE_TTL", "300")),
+            "poll_max_interval": 0.05,
+            "worker_timeout": float(os.environ.get("THREADMILL_TEST_WORKER_TIMEOUT", "15")),
+            "socket_timeout": float(os.environ.get("THREADMILL_TEST_SOCKET_TIMEOUT", "5")),
+            "broker_interval": float(os.environ.get("THREADMILL_TEST_BROKER_INTERVAL", "1")),
+        },
     }
 }
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+if os.environ.get("THREADMILL_TEST_SCHEDULE"):
+    # The live console of the browser tests: one schedule to show, pause and run now (its tick is rare).
+    TASKS["default"]["SCHEDULE"] = {
+        "yearly-echo": {"task": "tests.tasks.echo", "cron": "0 3 1 1 *", "args": ["yearly"]}
+    }

@@ -118,3 +118,55 @@ def stamp(key):
     started = time.time()
     _runs().hset("test:stamps", key, repr(started))
     return key
+
+
+# -- fault tests ----------------------------------------------------------------------
+
+_counter_clients: dict[int, object] = {}
+
+
+def _counter():
+    """The run counter server's client, one per process (a forked child must not share its socket)."""
+    import os
+
+    import redis
+
+    pid = os.getpid()
+    if pid not in _counter_clients:
+        _counter_clients.clear()
+        _counter_clients[pid] = redis.Redis.from_url(os.environ["THREADMILL_TEST_COUNTER_URL"])
+    return _counter_clients[pid]
+
+
+@task(
+    takes_context=True,
+    retry=ExponentialBackoff(
+        base_delay=0.05,
+        max_retries=5,
+        expected_exceptions=("threadmill.exceptions.AcknowledgementTimeout", "threadmill.exceptions.AttemptAbandoned"),
+        jitter=0,
+    ),
+)
+def count_run(context, sleep_ms=0, first_attempt_sleep_ms=None):
+    """Count each start and each finish of this task on the counter server, sleeping between.
+
+    The first start sleeps `first_attempt_sleep_ms` instead when given, so a test can make
+    one run outlive its lease or its shutdown and the next run be quick.
+    """
+    import threading
+
+    task_id = context.task_result.id
+    counter = _counter()
+    first = counter.hincrby("faults:started", task_id, 1) == 1
+    slow = first_attempt_sleep_ms is not None and first
+    # Not time.sleep: under libfaketime (the skewed-clock test) Python 3.13's time.sleep fails
+    # with EINVAL, while a timed wait on a lock works.
+    threading.Event().wait((first_attempt_sleep_ms if slow else sleep_ms) / 1000)
+    counter.hincrby("faults:finished", task_id, 1)
+    return task_id
+
+
+@task(takes_context=True)
+def count_run_without_retry(context, sleep_ms=0, first_attempt_sleep_ms=None):
+    """Like count_run, with no retry policy: a lost lease fails it."""
+    return count_run.func(context, sleep_ms, first_attempt_sleep_ms)

@@ -67,6 +67,7 @@ class EmbeddedValkey:
         persist: bool = True,
         binary: str | None = None,
         stop_with_parent: bool = False,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
@@ -75,6 +76,8 @@ class EmbeddedValkey:
         self.binary = binary or valkey_binary()
         #: Whether the server gets SIGTERM (and saves) when the process that started it dies, even by SIGKILL.
         self.stop_with_parent = stop_with_parent
+        #: More server arguments, such as a cluster node's (`--cluster-enabled yes`).
+        self.extra_args = tuple(extra_args)
         self.process: subprocess.Popen | None = None
         self._lock_file = None
 
@@ -100,6 +103,7 @@ class EmbeddedValkey:
             "--appendonly", "yes" if self.persist else "no",
             "--appendfsync", self.appendfsync,
             "--logfile", "valkey.log",
+            *self.extra_args,
         ]  # fmt: skip
         lifeline = die_with_parent(os.getpid()) if self.stop_with_parent else None
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=lifeline)  # noqa: PLW1509 - only prctl

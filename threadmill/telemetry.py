@@ -77,7 +77,7 @@ class TelemetryPublisher:
     def goodbye(self) -> None:
         """Publish the stopped snapshot; leave the workers set unless leases are still held (the broker's then)."""
         backend, process = self.process.backend, self.process
-        self._send(lambda: backend.client.publish(self.channel, json.dumps(self.snapshot("stopped"))))
+        self._send(lambda: backend.publish_telemetry(json.dumps(self.snapshot("stopped"))))
         if not process.holds_leases:
             self._send(lambda: backend.heartbeat(process.name, None))
 
@@ -105,7 +105,8 @@ class TelemetryPublisher:
             "queues": list(config.queues),
             "threads": config.threads,
             "busy_threads": process.busy,
-            "running": list(process.running),
+            "running": [result.id for result in list(process.running.values())],
+            "buffered": [entry.result.id for entry in list(process.buffer)],
             "buffer_fill": len(process.buffer),
             "buffer_size": process.size,
             "tasks_done": process.done,

@@ -12,22 +12,26 @@ from threadmill.outcome import mark_successful
 
 
 @pytest.fixture
-def backend(server_url) -> RedisTaskBackend:
-    """The contract suite's backend, once per server kind (valkey; redis where installed)."""
+def backend(server) -> RedisTaskBackend:
+    """The contract suite's backend, once per server kind (valkey, redis where installed, cluster)."""
     return RedisTaskBackend(
         "default",
-        {
-            "REDIS_URL": server_url,
-            "QUEUES": ["default", "emails", "reports"],
-            "OPTIONS": {"lease_ttl": 300, "poll_interval": 0.005, "poll_max_interval": 0.02, "batch_size": 7},
-        },
+        server.params(
+            QUEUES=["default", "emails", "reports"],
+            OPTIONS={"lease_ttl": 300, "poll_interval": 0.005, "poll_max_interval": 0.02, "batch_size": 7},
+        ),
     )
 
 
 @pytest.fixture
-def raw(backend) -> redis.Redis:
-    """A plain client on the backend's server, for asserting on stored keys."""
-    return redis.Redis.from_url(backend.redis_url)
+def raw(server) -> redis.Redis:
+    """A plain client on the node holding the alias's keys (all share its hash tag), for asserting on them."""
+    return server.client_for("threadmill:{default}")
+
+
+def same_server(backend: RedisTaskBackend, **params) -> dict:
+    """Return a TASKS entry for another backend on `backend`'s server, plus `params`."""
+    return {"REDIS_URL": backend.redis_url, "CLUSTER": backend.cluster, **params}
 
 
 def enqueue(backend, task, *args, **kwargs):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.tasks import TaskResultStatus
 
-from tests.backends.conftest import enqueue
+from tests.backends.conftest import enqueue, same_server
 from tests.tasks import echo, explode, flaky
 from threadmill.backends import broker as broker_module
 from threadmill.backends.base import Segment
@@ -87,7 +87,7 @@ def test_several_brokers_at_once_never_handle_one_task_twice(backend, raw):
     reaped = [0, 0, 0]
 
     def reap(slot):
-        other = RedisTaskBackend("default", {"REDIS_URL": backend.redis_url, "OPTIONS": {"batch_size": 3}})
+        other = RedisTaskBackend("default", same_server(backend, OPTIONS={"batch_size": 3}))
         reaped[slot] = RedisBroker(other, ["default"]).reap("default")
 
     threads = [threading.Thread(target=reap, args=(slot,)) for slot in range(3)]

@@ -27,21 +27,22 @@ def persistent_valkey(tmp_path):
     server.stop()
 
 
-def test_fsync_enqueue_without_an_append_only_file_names_the_option_and_the_fix(server_url):
+def test_fsync_enqueue_without_an_append_only_file_names_the_option_and_the_fix(server):
     # The session servers run without an append-only file; Debian's redis-server 7.0 also lacks WAITAOF.
-    backend = durable_backend(server_url)
+    backend = RedisTaskBackend("default", server.params(OPTIONS={"fsync_enqueue": True}))
     with pytest.raises(DurableEnqueueError) as caught:
         backend.enqueue(echo, [1], {})
     message = str(caught.value)
     assert message.startswith("The backend option fsync_enqueue is on, but the Redis server ")
     assert message.endswith(", or turn fsync_enqueue off.")
-    version = backend.client.info("server")
+    raw = server.client_for(READY)
+    version = raw.info("server")
     if "valkey_version" in version or version["redis_version"] >= "7.2":
         assert "has no append-only file (appendonly no)" in message
         assert "CONFIG SET appendonly yes" in message
     else:
         assert "does not know WAITAOF, which needs Redis or Valkey 7.2 or later" in message
-    assert backend.client.zcard(READY) == 0
+    assert raw.zcard(READY) == 0
 
 
 def test_fsync_enqueue_keeps_every_reported_task_through_a_sigkill_of_the_server(persistent_valkey):

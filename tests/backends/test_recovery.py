@@ -28,10 +28,10 @@ def _age_heartbeat(raw, worker: str, seconds: float) -> None:
 
 
 @pytest.fixture
-def short(server_url) -> RedisTaskBackend:
+def short(server) -> RedisTaskBackend:
     """A backend with a short worker timeout, as a test would configure it."""
     return RedisTaskBackend(
-        "default", {"REDIS_URL": server_url, "OPTIONS": {"worker_timeout": 2, "socket_timeout": 1, "batch_size": 7}}
+        "default", server.params(OPTIONS={"worker_timeout": 2, "socket_timeout": 1, "batch_size": 7})
     )
 
 
@@ -47,9 +47,9 @@ def broker(short) -> RedisBroker:
 
 
 def test_a_heartbeat_stores_the_server_time_and_the_document_and_publishes_it(short, raw):
-    pubsub = raw.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe("threadmill:{default}:telemetry")
-    pubsub.get_message(timeout=1)
+    # Through the backend's own subscription: classic pub/sub, or sharded on a cluster.
+    subscription = short.subscribe_telemetry(["threadmill:{default}:telemetry"])
+    assert subscription.next_message(timeout=1) is None  # the subscription's confirmation
 
     now = short.heartbeat("h:1", {"type": "worker", "running": ["a"]})
 
@@ -57,8 +57,10 @@ def test_a_heartbeat_stores_the_server_time_and_the_document_and_publishes_it(sh
     assert raw.zscore(WORKERS, "h:1") == pytest.approx(now)
     assert json.loads(raw.get("threadmill:{default}:worker:h:1")) == {"type": "worker", "running": ["a"]}
     assert 0 < raw.ttl("threadmill:{default}:worker:h:1") <= 3600 + 2
-    message = pubsub.get_message(timeout=2)
-    assert json.loads(message["data"]) == {"type": "worker", "running": ["a"]}
+    channel, payload = subscription.next_message(timeout=2)
+    subscription.close()
+    assert channel == "threadmill:{default}:telemetry"
+    assert json.loads(payload) == {"type": "worker", "running": ["a"]}
     assert short.worker_heartbeats() == {"h:1": pytest.approx(now)}
 
 
@@ -153,10 +155,10 @@ def test_recovery_returns_a_started_task_to_ready_with_the_lost_attempt_recorded
     assert raw.hget(T + result.id, "lease_token") is None
 
 
-def test_recovery_returns_a_buffered_task_to_ready_with_no_attempt_recorded(short, broker, raw):
+def test_recovery_returns_a_task_the_last_heartbeat_saw_buffered_to_ready_with_no_attempt_recorded(short, broker, raw):
     running, buffered = enqueue(short, echo, 1), enqueue(short, echo, 2)
     short.acquire("default", count=2, worker="h:1")
-    short.heartbeat("h:1", {"running": [running.id]})
+    short.heartbeat("h:1", {"running": [running.id], "buffered": [buffered.id]})
     _age_heartbeat(raw, "h:1", 3)
 
     assert broker.run_once() == (0, 2)
@@ -201,3 +203,16 @@ def test_a_broker_that_just_reached_the_server_waits_before_trusting_heartbeats(
     # Once it has reached the server for worker_timeout + socket_timeout, it recovers.
     fresh._reachable_since -= 3
     assert fresh.run_once() == (0, 1)
+
+
+def test_recovery_counts_a_task_leased_after_the_last_heartbeat_as_started(short, broker, raw):
+    short.heartbeat("h:1", {"running": [], "buffered": []})
+    result = enqueue(short, echo, 1)
+    short.acquire("default", worker="h:1")
+    _age_heartbeat(raw, "h:1", 3)
+
+    broker.run_once()
+
+    again = short.get_result(result.id)
+    assert again.worker_ids == ["h:1"]
+    assert again.errors[-1].exception_class_path == "threadmill.exceptions.WorkerLost"

@@ -11,7 +11,7 @@ from django.tasks import TaskResultStatus
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 
-from tests.backends.conftest import enqueue, finish
+from tests.backends.conftest import enqueue, finish, same_server
 from tests.tasks import add, echo, explode, send_email, urgent
 from threadmill.backends.base import Page, Segment
 from threadmill.backends.redis import RedisTaskBackend
@@ -130,7 +130,7 @@ def test_two_acquirers_never_get_the_same_task(backend):
     seen: list[list[str]] = [[], []]
 
     def drain(slot):
-        other = RedisTaskBackend("default", {"REDIS_URL": backend.redis_url, "QUEUES": ["default"]})
+        other = RedisTaskBackend("default", same_server(backend, QUEUES=["default"]))
         while got := other.acquire("default", count=3, worker=f"w{slot}"):
             seen[slot].extend(r.id for r in got)
 

@@ -1,7 +1,7 @@
-"""Run the benchmarks: `python -m tests.benchmarks [backend] [drain] [idle] [deferred] [enqueue] [charts] [options]`.
+"""Run the benchmarks: `python -m tests.benchmarks [backend] [drain] [idle] [deferred] [enqueue] [faults] [charts]`.
 
-With no name it runs every benchmark, then renders the charts. `charts` alone re-renders
-the charts from the JSON results without measuring anything.
+With no name it runs every benchmark but `faults`, then renders the charts. `charts` alone
+re-renders the charts from the JSON results without measuring anything.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import signal
 
-BENCHMARKS = ("backend", "drain", "idle", "deferred", "enqueue")
+BENCHMARKS = ("backend", "drain", "idle", "deferred", "enqueue", "faults")
+#: What runs when no benchmark is named; the fault table takes minutes of real outages, so only on request.
+DEFAULT_BENCHMARKS = ("backend", "drain", "idle", "deferred", "enqueue", "charts")
 #: Peers each benchmark knows; --peers picks among them and each benchmark takes the ones it knows.
 KNOWN_PEERS = {
     "drain": ("dramatiq", "celery", "django-tasks-db", "django-tasks-rq"),
@@ -33,7 +35,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "benchmarks", nargs="*", metavar="|".join([*BENCHMARKS, "charts"]), help="which to run (default all)"
     )
-    parser.add_argument("--tasks", type=int, default=20_000, help="tasks per drain, backend and enqueue measurement")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=None,
+        help="tasks per backend, drain and enqueue measurement (default 20,000; 2,000 for faults)",
+    )
     parser.add_argument("--repeats", type=int, default=None, help="repeats per figure; the median is reported")
     parser.add_argument(
         "--peers",
@@ -55,7 +62,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=100, help="tasks per enqueue_many call (default 100)")
     args = parser.parse_args()
     everything = not args.benchmarks
-    args.benchmarks = args.benchmarks or [*BENCHMARKS, "charts"]
+    args.benchmarks = args.benchmarks or list(DEFAULT_BENCHMARKS)
     unknown = set(args.benchmarks) - {*BENCHMARKS, "charts"}
     if unknown:
         parser.error(f"unknown benchmark {', '.join(sorted(unknown))}; choose from {', '.join(BENCHMARKS)} or charts")
@@ -82,13 +89,16 @@ def main() -> None:
     if "backend" in args.benchmarks:
         from . import backend
 
-        backend.run(tasks=args.tasks, repeats=args.repeats or 5)
+        backend.run(tasks=args.tasks or 20_000, repeats=args.repeats or 5)
     if "drain" in args.benchmarks:
         from . import drain
 
         extra = [int(c) for c in args.prefetch.split(",") if c]
         drain.run(
-            depth=args.tasks, repeats=args.repeats or 3, peer_names=peers_for("drain", args.peers), extra_prefetch=extra
+            depth=args.tasks or 20_000,
+            repeats=args.repeats or 3,
+            peer_names=peers_for("drain", args.peers),
+            extra_prefetch=extra,
         )
     if "idle" in args.benchmarks:
         from . import latency
@@ -102,8 +112,15 @@ def main() -> None:
         from . import enqueue
 
         enqueue.run(
-            tasks=args.tasks, repeats=args.repeats or 3, batch=args.batch, peer_names=peers_for("enqueue", args.peers)
+            tasks=args.tasks or 20_000,
+            repeats=args.repeats or 3,
+            batch=args.batch,
+            peer_names=peers_for("enqueue", args.peers),
         )
+    if "faults" in args.benchmarks:
+        from . import faults
+
+        faults.run(tasks=args.tasks or faults.DEFAULT_TASKS, repeats=args.repeats or 1)
     if "charts" in args.benchmarks:
         from . import charts
 

@@ -100,6 +100,7 @@ def start_live_console(redis_url: str) -> LiveConsole:
         "THREADMILL_TEST_REDIS_URL": redis_url,
         "THREADMILL_TEST_DB": str(Path(data_dir) / "db.sqlite3"),
         "PYTHONPATH": str(ROOT),
+        "THREADMILL_TEST_SCHEDULE": "1",
     }
     subprocess.run([sys.executable, "-c", _SETUP], env=env, cwd=ROOT, check=True)
     port = free_port()

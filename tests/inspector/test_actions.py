@@ -183,11 +183,12 @@ def test_the_audit_log_lists_entries_for_staff(operator_client, seeded):
     assert operator_client.get("/threadmill/audit/?page=9").status_code == 404
 
 
-def test_an_unreachable_server_is_a_503_page_not_a_500(operator_client, backend, monkeypatch):
+@pytest.mark.parametrize("url", ["/threadmill/default/default/ready/", "/threadmill/", "/threadmill/metrics"])
+def test_an_unreachable_server_is_a_503_page_not_a_500(operator_client, backend, monkeypatch, url):
     monkeypatch.setattr(backend, "_client", None)
     monkeypatch.setattr(backend, "_scripts", None)
     monkeypatch.setattr(backend, "redis_url", "redis://127.0.0.1:1/0")
-    response = operator_client.get("/threadmill/default/default/ready/")
+    response = operator_client.get(url)
     assert response.status_code == 503
     assert "Cannot reach the Redis server" in response.content.decode()
 

@@ -79,7 +79,8 @@ def log_in(page, path: str = "/threadmill/", username: str = "admin", password: 
 def shot(page, name: str) -> None:
     if IMAGES is not None:
         IMAGES.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(IMAGES / f"{name}.png"), full_page=True)
+        # caret="initial": hiding the caret injects a style element, which the CSP (rightly) reports.
+        page.screenshot(path=str(IMAGES / f"{name}.png"), full_page=True, caret="initial")
 
 
 def fail_task(backend, result, message: str) -> None:
@@ -268,3 +269,177 @@ def expect_text(page, selector: str, text: str) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator(selector).first).to_contain_text(text, timeout=WAIT_MS)
+
+
+def accept_dialogs(page) -> list[str]:
+    """Accept every confirmation the page asks (hx-confirm) and return their texts as they come."""
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+    return asked
+
+
+def test_pause_and_resume_a_queue_from_the_overview(page, live, backend):
+    from tests.tasks import send_email
+
+    send_email.enqueue("ada@example.com")
+    log_in(page)
+    asked = accept_dialogs(page)
+    page.click('tr[data-queue="emails"] td.control button:text("Pause")')
+    expect_text(page, ".messages", "Paused emails: workers take none of its tasks until it is resumed.")
+    expect_text(page, 'tr[data-queue="emails"] td.status', "Paused by admin since")
+    assert "emails" in backend.paused_queues()
+    shot(page, "queue_list_paused")
+    page.click('tr[data-queue="emails"] td.control button:text("Resume")')
+    expect_text(page, ".messages", "Resumed emails.")
+    assert backend.paused_queues() == {}
+    assert asked[0].startswith("Pause queue emails?") and asked[1].startswith("Resume queue emails?")
+    page.goto("/threadmill/audit/")
+    expect_text(page, "#audit-table tbody tr:first-child", "Resume")
+    assert page.csp_violations == []
+
+
+def test_quiet_then_stop_a_worker_process_from_the_workers_page(page, live, backend):
+    worker = live.start_worker("-q", "reports")
+    log_in(page, "/threadmill/workers/")
+    asked = accept_dialogs(page)
+    # The pool's worker process is a child of the one started, with a pid of its own: find it by its queue.
+    row = page.locator("tr.worker[data-state=live][data-shown=live]").filter(has=page.locator("td:text('reports')"))
+    row.first.wait_for()
+    name = row.first.get_attribute("data-worker")
+    row.first.locator("button:text('Quiet')").click()
+    expect_text(page, ".messages", f"Asked worker {name} to finish what it holds")
+    quiet = page.locator(f"tr.worker[data-worker='{name}'][data-shown=quiet]")
+    quiet.wait_for()  # "quieting" until the supervisor takes the command, then what the worker reports
+    shot(page, "worker_list_quiet")
+    quiet.locator("button:text('Stop')").click()
+    expect_text(page, ".messages", f"Asked worker {name} to stop gracefully")
+    page.locator(f"tr.worker[data-worker='{name}'][data-state=stopped]").wait_for()
+    assert asked[0].startswith(f"Quiet worker {name}?") and asked[1].startswith(f"Stop worker {name}?")
+    assert live.stop_worker(worker) == 0
+    assert page.csp_violations == []
+
+
+def test_requeue_all_orphaned_takes_back_a_dead_workers_task_and_leaves_a_live_one(page, live, backend):
+    from tests.tasks import echo
+
+    orphan, busy = echo.enqueue("orphan").id, echo.enqueue("busy").id
+    (leased,) = backend.acquire("default", worker="ghost:9")
+    assert leased.id == orphan
+    dead(backend, "ghost:9")
+    (leased,) = backend.acquire("default", worker="busy:9")
+    assert leased.id == busy
+    heartbeat(backend, "busy:9", age_s=-600)
+    log_in(page, "/threadmill/default/default/running/")
+    expect_text(page, f"tr:has(a:text-is('{orphan}'))", "worker gone")
+    page.click("a[data-lease=gone]")
+    expect_text(page, "#tasks-table .total", "1 task")
+    assert page.locator(f"a:text-is('{busy}')").count() == 0
+    shot(page, "task_list_orphaned")
+    asked = accept_dialogs(page)
+    page.click("#requeue-orphaned button")
+    expect_text(page, ".messages", "Requeued 1 task whose worker is gone or whose lease is overdue.")
+    assert "A task whose worker is alive and whose lease is current is never requeued." in asked[0]
+    assert backend.in_segment("default", "running", [orphan, busy]) == [busy]
+    backend.requeue_many("default", segment="running", task_ids=[busy], force=True)  # leave the queue clean
+
+
+def test_the_schedules_page_pauses_resumes_and_runs_a_schedule_now(page, live, backend):
+    log_in(page, "/threadmill/schedules/")
+    asked = accept_dialogs(page)
+    row = 'tr[data-schedule="yearly-echo"]'
+    expect_text(page, row, "0 3 1 1 *")
+    page.click(f"{row} button:text('Run now')")
+    expect_text(page, ".messages", "Enqueued a run of yearly-echo now: task")
+    page.click(f"{row} button:text('Pause')")
+    expect_text(page, f'{row}[data-state="paused"]', "paused by admin since")
+    shot(page, "schedule_list")
+    page.click(f"{row} a.last-task")
+    expect_text(page, "dl.facts", "tests.tasks.echo")
+    page.go_back()
+    page.click(f"{row} button:text('Resume')")
+    expect_text(page, f'{row}[data-state="enabled"]', "enabled")
+    assert [text.split("?")[0] for text in asked] == [
+        "Run yearly-echo now",
+        "Pause schedule yearly-echo",
+        "Resume schedule yearly-echo",
+    ]
+    assert page.csp_violations == []
+
+
+def test_a_segment_page_says_how_many_new_tasks_arrived_instead_of_going_stale(page, live, backend):
+    from tests.tasks import echo
+
+    echo.enqueue("first")
+    log_in(page, "/threadmill/default/default/ready/")
+    expect_text(page, "#tasks-table .total", "1 task")
+    page.evaluate("window.stillTheSamePage = true")
+    for i in range(2):
+        echo.enqueue(i)
+    expect_text(page, "#new-tasks", "2 new tasks in this segment since the page was loaded.")
+    assert page.evaluate("window.stillTheSamePage") is True  # the notice came over the websocket
+    page.click("#new-tasks a")
+    expect_text(page, "#tasks-table .total", "3 tasks")
+    assert page.csp_violations == []
+
+
+def test_the_search_box_jumps_to_a_task_by_id_and_filters_a_segment_by_text(page, live, backend):
+    from tests.tasks import echo, send_email
+
+    elsewhere = send_email.enqueue("grace@example.com").id
+    for name in ("ada", "alan", "grace"):
+        echo.enqueue(f"{name}@example.com")
+    log_in(page, "/threadmill/workers/")
+    page.fill("#search", elsewhere)
+    page.press("#search", "Enter")
+    expect_text(page, "dl.facts", "emails")
+    assert page.url.endswith(f"/threadmill/default/task/{elsewhere}/")
+    page.goto("/threadmill/default/default/ready/")
+    page.fill("#search", "ada@")
+    page.press("#search", "Enter")
+    expect_text(page, "#tasks-table .total", "1 task matching")
+    expect_text(page, "#tasks-table", "ada@example.com")
+    assert page.locator("#tasks-table :text('grace@example.com')").count() == 0
+    shot(page, "task_list_search")
+    page.fill("#search", "no-such-task-id")
+    page.press("#search", "Enter")
+    expect_text(page, "#tasks-table .total", "0 tasks matching")  # on a segment, text filters it
+    page.goto("/threadmill/")
+    page.fill("#search", "no-such-task-id")
+    page.press("#search", "Enter")
+    expect_text(page, "#search-result", "No task has the id no-such-task-id on any backend")
+    assert page.csp_violations == []
+
+
+def test_the_overview_charts_each_queues_history_and_follows_a_dark_colour_scheme(page, live, backend):
+    from tests.tasks import echo
+
+    for i in range(5):
+        echo.enqueue(i)
+    log_in(page)
+    chart = page.locator('figure.queue-charts[data-queue="default"] div[data-window="1 hour"] svg').first
+    chart.wait_for()
+    assert "tasks in, out and failed per min, last 1 hour; peak" in chart.get_attribute("aria-label")
+    assert page.locator('figure.queue-charts[data-queue="default"] polyline.in').count() == 2  # 1 h and 24 h
+    echo.enqueue("one more")
+    # Live: the charts ride in the same fragment as the counts.
+    expect_text(page, 'tr[data-queue="default"] a[data-segment="ready"]', "6")
+    page.emulate_media(color_scheme="dark")
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(11, 18, 32)"
+    shot(page, "queue_list_dark")
+    page.emulate_media(color_scheme="light")
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(250, 250, 250)"
+    assert page.csp_violations == []
+
+
+def test_no_page_load_asks_for_a_file_that_is_missing(page, live):
+    missing = []
+    page.on("response", lambda response: response.status == 404 and missing.append(response.url))
+    log_in(page)
+    for path in ["/threadmill/workers/", "/threadmill/schedules/", "/threadmill/default/default/ready/"]:
+        page.goto(path)
+        page.wait_for_load_state("load")
+    icon = page.evaluate("document.querySelector('link[rel=icon]').href")
+    assert page.request.get(icon).status == 200
+    assert page.request.get("/favicon.ico").status == 200  # redirected to the icon, for pages that do not link it
+    assert missing == []

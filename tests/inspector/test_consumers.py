@@ -170,3 +170,39 @@ async def test_junk_messages_are_ignored_and_the_socket_keeps_working(operator):
     await communicator.send_to(text_data=json.dumps({"visible": True}))
     assert (await communicator.receive_from(timeout=5)).lstrip().startswith('<div id="queues-table"')
     await communicator.disconnect()
+
+
+async def test_a_segment_page_is_told_how_many_new_tasks_arrived_since_it_was_rendered(operator, raw):
+    from tests.tasks import echo
+
+    await sync_to_async(echo.enqueue)("already there")
+    query = "segment&backend=default&queue=default&segment=ready&total=1"
+    communicator = await _connect(query, await _session_cookie(operator))
+    first = await communicator.receive_from(timeout=5)
+    assert first.lstrip().startswith('<p id="new-tasks"') and "new task" not in first
+    for i in range(3):
+        await sync_to_async(echo.enqueue)(i)
+    deadline = time.monotonic() + 10
+    message = ""
+    while "3 new tasks" not in message:
+        assert time.monotonic() < deadline, f"no notice of the new tasks: {message!r}"
+        message = await _next(communicator, 0.5) or message
+    assert 'href="/threadmill/default/default/ready/"' in message and 'hx-swap-oob="true"' in message
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "segment&backend=nope&queue=default&segment=ready&total=0",
+        "segment&backend=default&queue=no-such-queue&segment=ready&total=0",
+        "segment&backend=default&queue=default&segment=doing&total=0",
+        "segment&backend=default&queue=default&segment=ready&total=-1",
+        "segment&backend=default&queue=default&segment=ready&total=%C2%B2",
+        "segment&backend=default&queue=default&segment=ready&total=" + "9" * 5000,
+        "segment&backend=default&queue=default&segment=ready",
+    ],
+)
+async def test_a_segment_socket_naming_no_known_segment_is_closed_with_4400(operator, query):
+    communicator = await _connect(query, await _session_cookie(operator))
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4400}

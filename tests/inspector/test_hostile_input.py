@@ -175,7 +175,7 @@ def flat(params: dict) -> dict:
 
 
 @HYPOTHESIS
-@given(path=st.sampled_from(["", "workers/", "audit/"]), params=query, headers=htmx_headers)
+@given(path=st.sampled_from(["", "workers/", "audit/", "schedules/", "metrics"]), params=query, headers=htmx_headers)
 def test_the_overview_workers_and_audit_pages_answer_any_query_without_a_500(
     operator_csrf, seeded, path, params, headers
 ):
@@ -191,6 +191,8 @@ def test_the_overview_workers_and_audit_pages_answer_any_query_without_a_500(
         sort=optional("enqueued_at", "-enqueued_at"),
         task=optional("tests.tasks.add", "tests.tasks.echo"),
         error=optional("builtins.RuntimeError"),
+        lease=optional("gone", "overdue"),
+        q=optional("1", "ada", "tests"),
     ),
     headers=htmx_headers,
 )
@@ -305,6 +307,107 @@ def test_purge_answers_any_input_without_a_500_and_removes_only_when_confirmed(
     if response.status_code == 302:
         backend, queue, _ = path.split("/")
         assert (backend, data["confirm"].strip()) == ("default", queue)  # the form strips what is typed
+
+
+@HYPOTHESIS
+@given(
+    params=form(
+        q=(st.sampled_from(["ready", "failed", "live", "ada", "tests.tasks"]), value("ready", "live", "x" * 200)),
+        backend=optional("default"),
+        queue=optional("default", "emails"),
+        segment=optional(*SEGMENTS),
+    ),
+    headers=htmx_headers,
+)
+def test_the_search_answers_any_query_without_a_500(operator_csrf, world, params, headers):
+    client, _ = operator_csrf
+    ids = world()
+    params["q"] = ids.get(params["q"], params["q"]) if "q" in params else ""
+    response = request(client, "GET", f"/threadmill/search/?{urlencode(params)}", headers)
+    if response.status_code == 302:
+        location = response.headers["Location"]
+        assert location.startswith("/threadmill/")
+        request(client, "GET", location, headers)  # where it sends the user answers too
+
+
+# -- operator controls ---------------------------------------------------------------------------
+
+
+@HYPOTHESIS
+@given(
+    method=st.sampled_from(["GET", "POST", "POST", "POST"]),
+    path=route(BACKENDS, ("default", "emails", "reports"), ("pause", "resume")),
+    data=form(junk=(st.none(), text)),
+    headers=htmx_headers,
+)
+def test_pause_and_resume_answer_any_input_without_a_500_and_touch_no_task(
+    operator_csrf, world, raw, backend, method, path, data, headers
+):
+    client, token = operator_csrf
+    world()
+    before = inventory(raw)
+    response = request(client, method, f"/threadmill/{path}/", headers, data, token)
+    assert inventory(raw) == before
+    if response.status_code != 302:
+        assert backend.paused_queues() == {}, "a refused pause paused a queue"
+
+
+@HYPOTHESIS
+@given(
+    path=route(BACKENDS, ("live:1", "ghost:1", "box:1"), ("quiet", "stop")),
+    data=form(junk=(st.none(), text)),
+    headers=htmx_headers,
+)
+def test_a_worker_command_answers_any_input_without_a_500_and_stores_only_for_a_live_worker(
+    operator_csrf, world, raw, backend, path, data, headers
+):
+    client, token = operator_csrf
+    world()
+    backend.heartbeat("box:1", {"worker": "box:1", "host": "box", "pid": 1, "state": "running"}, publish=False)
+    response = request(client, "POST", f"/threadmill/workers/{path}/", headers, data, token)
+    assert set(backend.pending_control()) == ({"box:1"} if response.status_code == 302 else set())
+
+
+@HYPOTHESIS
+@given(
+    path=route(BACKENDS, ("default", "emails", "reports")),
+    data=form(force=optional("yes"), ids=selection, junk=(st.none(), text)),
+    headers=htmx_headers,
+)
+def test_requeue_orphaned_answers_any_input_without_a_500_and_never_moves_a_live_lease(
+    operator_csrf, world, raw, path, data, headers
+):
+    client, token = operator_csrf
+    ids = world()
+    before = inventory(raw)
+    response = request(client, "POST", f"/threadmill/{path}/running/requeue-orphaned/", headers, data, token)
+    after = inventory(raw)
+    unchanged_unless_done(before, after, response, may_remove=False)
+    assert after[ids["live"]] == ("emails", "running"), "requeue all orphaned moved a task on a live worker"
+
+
+@HYPOTHESIS
+@given(
+    method=st.sampled_from(["GET", "POST", "POST", "POST"]),
+    path=route(BACKENDS, ("nightly-echo", "other"), ("pause", "resume", "run")),
+    data=form(junk=(st.none(), text)),
+    headers=htmx_headers,
+)
+def test_a_schedule_control_answers_any_input_without_a_500(
+    operator_csrf, world, raw, backend, monkeypatch, method, path, data, headers
+):
+    import zoneinfo
+
+    from threadmill.schedules import parse_schedules
+
+    entries = {"nightly-echo": {"task": "tests.tasks.echo", "cron": "0 3 * * *"}}
+    monkeypatch.setattr(backend, "schedules", parse_schedules("default", entries, zoneinfo.ZoneInfo("UTC")))
+    client, token = operator_csrf
+    world()
+    before = inventory(raw)
+    response = request(client, method, f"/threadmill/schedules/{path}/", headers, data, token)
+    if response.status_code != 302 or not path.endswith("/run"):
+        assert inventory(raw) == before, "a schedule control other than a run changed tasks"
 
 
 # -- the site's static files ---------------------------------------------------------------

@@ -317,3 +317,16 @@ def test_hostile_telemetry_never_breaks_the_hub_or_the_workers_page(operator_cli
         assert {w.pid for w in hub.workers()} >= {2, 3, 4}
     finally:
         hub.stop()  # reading its workers started its subscription
+
+
+def test_a_segment_page_opens_a_socket_that_carries_its_total_and_the_htmx_table_does_not(operator_client, seeded):
+    html = operator_client.get("/threadmill/default/default/ready/").content.decode()
+    assert 'ws/?view=segment&amp;backend=default&amp;queue=default&amp;segment=ready&amp;total=1"' in html
+    assert '<p id="new-tasks"' in html
+    partial = operator_client.get("/threadmill/default/default/ready/", headers={"HX-Request": "true"}).content.decode()
+    assert "new-tasks" not in partial
+
+
+def test_the_site_redirects_favicon_ico_to_the_consoles_icon(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response.headers["Location"] == "/static/inspector/favicon.svg"

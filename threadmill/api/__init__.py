@@ -3,7 +3,9 @@
 The role Sidekiq's `api.rb` plays for its web UI: the console never builds a Redis key and
 never imports `redis`; every read and every action goes through here. One module per concern:
 `queues` (backends, queues, pages, one task), `actions` (counts, requeue, delete, purge),
-`workers` (telemetry); the overview lives here. Each action that touches several tasks is one
+`workers` (telemetry), `controls` (pause, worker commands, orphaned tasks), `schedules`,
+`history` (per-minute series for charts), `metrics` (Prometheus); the overview lives here.
+Each action that touches several tasks is one
 Lua script (or one script per bounded window), so a crash cannot lose a task between two
 writes. Worker snapshots arrive on the telemetry channel; one `TelemetryHub` per process
 holds one subscription and fans events out to listeners.
@@ -14,10 +16,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
-from ..backends.base import REQUEUEABLE_SEGMENTS, Segment, UnreadableTask
+from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
+from . import controls, history, metrics, schedules
 from .actions import (
     Requeued,
     count_selected,
@@ -42,7 +46,7 @@ from .queues import (
     page,
     task,
 )
-from .workers import TelemetryHub, WorkerSnapshot, hub
+from .workers import TelemetryHub, WorkerSnapshot, hub, parse_worker_event
 
 logger = logging.getLogger("threadmill.api")
 
@@ -51,6 +55,7 @@ __all__ = [
     "NO_FILTER",
     "REQUEUEABLE_SEGMENTS",
     "Filter",
+    "PausedQueue",
     "QueueSummary",
     "Requeued",
     "Segment",
@@ -60,14 +65,18 @@ __all__ = [
     "UnreadableTask",
     "WorkerSnapshot",
     "backend_aliases",
+    "controls",
     "count_selected",
     "count_view",
     "delete",
     "get_backend",
     "has_queue",
+    "history",
     "hub",
+    "known_workers",
     "live_in_selection",
     "live_in_view",
+    "metrics",
     "natural_newest_first",
     "overview",
     "page",
@@ -75,6 +84,7 @@ __all__ = [
     "requeue",
     "requeue_selected",
     "requeue_view",
+    "schedules",
     "task",
 ]
 
@@ -99,6 +109,7 @@ class QueueSummary:
     status_level: str
 
     minute_elapsed: float = 0.0
+    paused: PausedQueue | None = None
 
     @property
     def ingress_per_minute(self) -> int:
@@ -120,23 +131,48 @@ def sliding_minute(per_minute: list[int], elapsed: float) -> int:
 def overview(now: float | None = None) -> list[QueueSummary]:
     """Return a summary of every queue of every threadmill backend."""
     now = time.time() if now is None else now
-    workers = hub().workers(now)
+    workers = known_workers(now)
     out = []
     for alias in backend_aliases():
         backend = get_backend(alias)
         stats = backend.queue_stats()
         oldest = backend.oldest_ready_enqueued_at(list(stats))
+        paused = backend.paused_queues()
         for queue_name, counts in stats.items():
             flow = backend.throughput(queue_name, minutes=SPARKLINE_MINUTES, now=now)
             latency = None if oldest[queue_name] is None else max(0.0, now - oldest[queue_name].timestamp())
             overdue = bool(counts[Segment.RUNNING]) and lease_overdue(alias, queue_name, now)
-            status, level = queue_status(alias, queue_name, counts, workers, now, overdue)
+            pause = paused.get(queue_name)
+            status, level = queue_status(alias, queue_name, counts, workers, now, overdue, pause)
+            ingress, egress, elapsed = flow["ingress"], flow["egress"], (now % 60) / 60
             out.append(
-                QueueSummary(
-                    alias, queue_name, counts, latency, flow["ingress"], flow["egress"], status, level, (now % 60) / 60
-                )
+                QueueSummary(alias, queue_name, counts, latency, ingress, egress, status, level, elapsed, paused=pause)
             )
     return out
+
+
+def known_workers(now: float) -> list[WorkerSnapshot]:
+    """Return the workers the telemetry hub heard; until it listened long enough, the heartbeats stored in Redis.
+
+    The heartbeats make the first render after the site starts right at once, instead of
+    "waiting for telemetry" until the first snapshot arrives on the channel.
+    """
+    if hub().warmed_up(now):
+        return hub().workers(now)
+    return [
+        snapshot_of_heartbeat(alias, document, now)
+        for alias in backend_aliases()
+        for document in controls.live_worker_documents(alias)
+    ]
+
+
+def snapshot_of_heartbeat(alias: str, document: dict, now: float) -> WorkerSnapshot:
+    """Return a live worker's stored heartbeat document as the snapshot the telemetry would carry."""
+    snapshot = parse_worker_event(alias, {**document, "type": "worker"}, now)
+    if snapshot is None:  # a document without a pid: name it by its worker id
+        host, _, pid = str(document.get("worker", "?:0")).rpartition(":")
+        snapshot = WorkerSnapshot(alias, host, int(pid) if pid.isdigit() else 0, last_seen=now)
+    return snapshot
 
 
 def queue_status(
@@ -146,15 +182,18 @@ def queue_status(
     workers: list[WorkerSnapshot],
     now: float,
     overdue: bool = False,
+    paused: PausedQueue | None = None,
 ) -> tuple[str, str]:
     """Answer "why is nothing running?" for one queue: a sentence and a level (ok, warn, bad)."""
+    if paused is not None:
+        since = paused.since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        by = paused.by or "someone"
+        return f"Paused by {by} since {since}: workers take none of its tasks until it is resumed.", "warn"
     if overdue:
         return "Leases overdue: a worker died holding tasks and no reaper has taken them back yet.", "bad"
     serving = [w for w in workers if w.state == "live" and w.serves(alias, queue_name)]
     ready = counts[Segment.READY]
     if not serving:
-        if not hub().warmed_up(now):
-            return "Waiting for worker telemetry.", "warn"
         return ("No live workers for this queue.", "bad") if ready else ("No live workers for this queue.", "warn")
     if ready and all(w.threads and w.busy >= w.threads for w in serving):
         return f"All {sum(w.threads for w in serving)} threads are busy.", "warn"

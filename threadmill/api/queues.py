@@ -51,14 +51,28 @@ class Filter:
 
     task_path: str = ""
     error_class: str = ""
+    #: Text the stored task contains (its arguments, mostly), matched as typed, case and all.
+    text: str = ""
 
     def __post_init__(self) -> None:
         for name, value in (("task path", self.task_path), ("error class", self.error_class)):
             if value and (len(value) > 200 or not _DOTTED_PATH.fullmatch(value)):
                 raise ValueError(f"The {name} filter must be a dotted Python path, such as 'myapp.tasks.send'.")
+        if len(self.text) > 200:
+            raise ValueError("The search text must be at most 200 characters.")
 
     def __bool__(self) -> bool:
-        return bool(self.task_path or self.error_class)
+        return bool(self.task_path or self.error_class or self.text)
+
+    def matches(self, item) -> bool:
+        """Return whether a peeked task passes the filter (an unreadable one only passes no filter)."""
+        if not self:
+            return True
+        if not hasattr(item, "task"):
+            return False
+        error = item.errors[-1].exception_class_path if item.errors else ""
+        found = not self.text or self.text in json.dumps([item.args, item.kwargs], ensure_ascii=False, default=str)
+        return self.task_path in ("", item.task.module_path) and self.error_class in ("", error) and found
 
     @property
     def needles(self) -> list[str]:
@@ -68,6 +82,9 @@ class Filter:
             out.append(f'"path":{json.dumps(self.task_path)}')
         if self.error_class:
             out.append(f'"exception_class_path":{json.dumps(self.error_class)}')
+        if self.text:
+            # As the codec stores a string: JSON-escaped, non-ASCII kept as it is.
+            out.append(json.dumps(self.text, ensure_ascii=False)[1:-1])
         return out
 
 

@@ -48,6 +48,10 @@ class WorkerSnapshot:
     last_seen: float = 0.0
     stopped: bool = False
     state: str = "live"
+    #: The worker's id ("host:pid"), which worker commands name.
+    name: str = ""
+    #: What the worker said it is doing: "running", "quiet" or "stopping".
+    reported: str = "running"
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -78,10 +82,11 @@ def parse_worker_event(alias: str, event: dict, now: float) -> WorkerSnapshot | 
     if event.get("type") not in ("worker", "snapshot", "stopped") or "pid" not in event:
         return None
     queues = event.get("queues")
+    host, pid = str(event.get("host", "?")), int(_number(event, "pid"))
     return WorkerSnapshot(
         alias=alias,
-        host=str(event.get("host", "?")),
-        pid=int(_number(event, "pid")),
+        host=host,
+        pid=pid,
         queues=[str(q) for q in queues] if isinstance(queues, list) else [],
         threads=int(_number(event, "threads")),
         busy=int(_number(event, "busy", "busy_threads")),
@@ -95,6 +100,8 @@ def parse_worker_event(alias: str, event: dict, now: float) -> WorkerSnapshot | 
         interval=float(_number(event, "interval", "interval_s", default=DEFAULT_TELEMETRY_INTERVAL_S)),
         last_seen=now,
         stopped=event.get("type") == "stopped" or event.get("state") == "stopped" or event.get("stopped") is True,
+        name=str(event.get("worker") or f"{host}:{pid}"),
+        reported=str(event.get("state") or "running"),
     )
 
 
@@ -204,31 +211,32 @@ class TelemetryHub:
     def _listen(self) -> None:
         from . import backend_aliases, get_backend
 
-        # One pub/sub connection per distinct server, whatever the number of browser tabs.
-        channels: dict[str, dict[str, str]] = {}
+        # One subscription per distinct server or cluster, whatever the number of browser tabs
+        # (on a cluster, sharded: one connection per node owning a channel's slot).
+        channels: dict[tuple[str, bool], dict[str, str]] = {}
         for alias in backend_aliases():
             backend = get_backend(alias)
-            channels.setdefault(backend.redis_url, {})[backend.keys.telemetry()] = alias
+            channels.setdefault((backend.redis_url, backend.cluster), {})[backend.keys.telemetry()] = alias
         subscriptions = []
         for names in channels.values():
-            pubsub = get_backend(next(iter(names.values()))).client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(*names)
-            subscriptions.append((pubsub, names))
+            subscription = get_backend(next(iter(names.values()))).subscribe_telemetry(list(names))
+            subscriptions.append((subscription, names))
         last_tick = time.monotonic()
         try:
             while not self._stop.is_set():
-                for pubsub, names in subscriptions:
-                    message = pubsub.get_message(timeout=0.2 / len(subscriptions))
-                    if message and message["type"] == "message":
-                        kind = self.record(names[message["channel"].decode()], message["data"])
+                for subscription, names in subscriptions:
+                    message = subscription.next_message(timeout=0.2 / len(subscriptions))
+                    if message:
+                        channel, payload = message
+                        kind = self.record(names[channel], payload)
                         if kind:
                             self._notify(kind)
                 if time.monotonic() - last_tick >= DEFAULT_TELEMETRY_INTERVAL_S:
                     last_tick = time.monotonic()
                     self._notify("tick")
         finally:
-            for pubsub, _ in subscriptions:
-                pubsub.close()
+            for subscription, _ in subscriptions:
+                subscription.close()
 
 
 _hub = TelemetryHub()

@@ -13,26 +13,29 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 
 from .scripts import LuaScript, translated_errors
 
 
 class AsyncClients:
-    """One `redis.asyncio.Redis` per running event loop, for one server URL."""
+    """One `redis.asyncio.Redis` (or, on a cluster, `redis.asyncio.cluster.RedisCluster`) per running event loop."""
 
-    def __init__(self, url: str, socket_timeout: float) -> None:
+    def __init__(self, url: str, socket_timeout: float, *, cluster: bool = False) -> None:
         self.url = url
         self.socket_timeout = socket_timeout
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.cluster = cluster
+        self._by_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+        ] = weakref.WeakKeyDictionary()
 
-    def client(self) -> redis.asyncio.Redis:
+    def client(self) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
         """Return the running loop's client, created on first use."""
         loop = asyncio.get_running_loop()
         client = self._by_loop.get(loop)
         if client is None:
-            client = self._by_loop[loop] = redis.asyncio.Redis.from_url(
+            factory = redis.asyncio.cluster.RedisCluster if self.cluster else redis.asyncio.Redis
+            client = self._by_loop[loop] = factory.from_url(
                 self.url,
                 decode_responses=False,
                 socket_timeout=self.socket_timeout,
@@ -41,12 +44,18 @@ class AsyncClients:
         return client
 
     async def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Call `script` by its SHA, loading it once if the server does not know it."""
+        """Call `script` by its SHA, loading it once if the server does not know it.
+
+        The cluster client routes EVALSHA by its first key; a node that lacks the script gets
+        it by EVAL on the same slot (SCRIPT LOAD would go to a node of the client's choosing).
+        """
         client = self.client()
         with translated_errors():
             try:
                 return await client.evalsha(script.sha, len(keys), *keys, *args)
             except redis.exceptions.NoScriptError:
+                if self.cluster:
+                    return await client.eval(script.source, len(keys), *keys, *args)
                 await client.script_load(script.source)
                 return await client.evalsha(script.sha, len(keys), *keys, *args)
 

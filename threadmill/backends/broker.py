@@ -196,7 +196,7 @@ class RedisBroker:
         options = self.backend.options
         forget_after = options.lease_ttl + options.worker_timeout
         total = 0
-        running_by_worker: dict[str, set[str] | None] = {}
+        buffered_by_worker: dict[str, set[str]] = {}
         while True:
             reply = self.backend.scripts.claim_abandoned(
                 queue_name,
@@ -210,7 +210,7 @@ class RedisBroker:
             rows = [reply[i : i + 7] for i in range(1, len(reply), 7)]
             fates: Counter[tuple[str, str]] = Counter()
             for row in rows:
-                fates[row[2].decode(), self._recover_one(queue_name, running_by_worker, *row)] += 1
+                fates[row[2].decode(), self._recover_one(queue_name, buffered_by_worker, *row)] += 1
             for (worker, fate), count in sorted(fates.items()):
                 logger.warning(
                     "Worker %s is lost (no heartbeat): %d of its tasks on queue %s %s.", worker, count, queue_name, fate
@@ -220,7 +220,7 @@ class RedisBroker:
                 return total
 
     def _recover_one(
-        self, queue_name: str, running_by_worker, task_id, data, worker, lease_started, started_at, token, age
+        self, queue_name: str, buffered_by_worker, task_id, data, worker, lease_started, started_at, token, age
     ) -> str:
         """Settle one task claimed from a lost worker; return what became of it, for the log."""
         task_id, worker, token = task_id.decode(), worker.decode(), token.decode()
@@ -238,10 +238,9 @@ class RedisBroker:
         except UNREADABLE_PAYLOAD_ERRORS as e:
             self.backend.quarantine_unreadable(task_id, queue_name, Segment.RUNNING, e, token, "recover")
             return "were unreadable and quarantined"
-        if worker not in running_by_worker:
-            running_by_worker[worker] = self._running_on(worker)
-        running = running_by_worker[worker]
-        if running is not None and task_id not in running:
+        if worker not in buffered_by_worker:
+            buffered_by_worker[worker] = self._buffered_on(worker)
+        if task_id in buffered_by_worker[worker]:
             self.backend.release([result])
             return "had not started and went back to ready"
         record_worker_lost(
@@ -255,9 +254,12 @@ class RedisBroker:
         self.backend.requeue(result)
         return "were running and went back to ready, the lost attempt recorded"
 
-    def _running_on(self, worker: str) -> set[str] | None:
-        """Return the ids a worker's last heartbeat said were running, or None when that is unknown."""
+    def _buffered_on(self, worker: str) -> set[str]:
+        """Return the ids a worker's last heartbeat said were waiting in its buffer, not started.
+
+        Any other task it held is taken to have started: one leased after that heartbeat may
+        have, and counting an attempt too many is safer than missing one that crashed it.
+        """
         document = self.backend.worker_document(worker)
-        if document is None or not isinstance(document.get("running"), list):
-            return None
-        return set(document["running"])
+        buffered = None if document is None else document.get("buffered")
+        return set(buffered) if isinstance(buffered, list) else set()

@@ -26,8 +26,9 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
+from redis.cluster import RedisCluster
 
-from ..exceptions import BackendConnectionError, UnreadableTaskError
+from ..exceptions import BackendConnectionError, ServerUnreachable, UnreadableTaskError
 from ..schedules import Schedule, parse_schedules
 from . import codec
 from .aio import AsyncClients
@@ -38,9 +39,11 @@ from .base import (
     ThreadmillTaskResult,
     return_value_of,
 )
+from .channel import TelemetrySubscription, publish
+from .cluster import ClusterScripts
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .options import parse_options
-from .scripts import RedisScripts, translate_errors
+from .scripts import UNREACHABLE_ERRORS, RedisScripts, translate_errors
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
@@ -100,10 +103,14 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         self.redis_url = params.get("REDIS_URL")
         if not self.redis_url:
             raise ImproperlyConfigured(f"TASKS[{alias!r}] needs a REDIS_URL, such as 'redis://127.0.0.1:6379/0'.")
+        #: Whether REDIS_URL names a node of a Redis or Valkey Cluster (redis-py's cluster client).
+        self.cluster = params.get("CLUSTER", False)
+        if not isinstance(self.cluster, bool):
+            raise ImproperlyConfigured(f"TASKS[{alias!r}]['CLUSTER'] must be True or False, not {self.cluster!r}.")
         self.options = parse_options(alias, params.get("OPTIONS", {}))
         self.schedules = parse_schedules(alias, params.get("SCHEDULE"), zoneinfo.ZoneInfo(settings.TIME_ZONE or "UTC"))
         self.keys = KeySchema(alias)
-        self._client: redis.Redis | None = None
+        self._client: redis.Redis | RedisCluster | None = None
         self._scripts: RedisScripts | None = None
         self._aio: AsyncClients | None = None
         self._rotation = 0
@@ -111,30 +118,39 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     # -- connection -------------------------------------------------------------------
 
     @property
-    def client(self) -> redis.Redis:
-        """The redis-py client, created on first use (replies are bytes)."""
+    def client(self) -> redis.Redis | RedisCluster:
+        """The redis-py client (the cluster client with CLUSTER), created on first use (replies are bytes)."""
         if self._client is None:
             # A timeout on every read, so a hung server (SIGSTOP, a dead host) fails a call
             # instead of blocking its thread for good; the worker then backs off and retries.
-            self._client = redis.Redis.from_url(
-                self.redis_url,
-                decode_responses=False,
-                socket_timeout=self.options.socket_timeout,
-                socket_connect_timeout=self.options.socket_timeout,
-            )
+            timeouts = {
+                "socket_timeout": self.options.socket_timeout,
+                "socket_connect_timeout": self.options.socket_timeout,
+            }
+            if self.cluster:
+                # The cluster client reads the slot map on creation: no node answering is an outage.
+                try:
+                    self._client = RedisCluster.from_url(self.redis_url, decode_responses=False, **timeouts)
+                except UNREACHABLE_ERRORS as e:
+                    raise ServerUnreachable(f"Cannot reach the Redis Cluster at {self.redis_url}: {e}") from e
+            else:
+                self._client = redis.Redis.from_url(self.redis_url, decode_responses=False, **timeouts)
         return self._client
 
     @property
     def aio(self) -> AsyncClients:
         """The asyncio clients, one per running event loop."""
         if self._aio is None:
-            self._aio = AsyncClients(self.redis_url, self.options.socket_timeout)
+            self._aio = AsyncClients(self.redis_url, self.options.socket_timeout, cluster=self.cluster)
         return self._aio
 
     @property
     def scripts(self) -> RedisScripts:
         if self._scripts is None:
-            self._scripts = RedisScripts(self.client, self.keys)
+            if self.cluster:
+                self._scripts = ClusterScripts(self.client, self.keys)
+            else:
+                self._scripts = RedisScripts(self.client, self.keys)
         return self._scripts
 
     # -- enqueue and results ----------------------------------------------------------
@@ -406,6 +422,15 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         ttl = self.options.lease_ttl + self.options.worker_timeout
         return float(self.scripts.heartbeat(worker, text, ttl, publish))
 
+    @translate_errors
+    def publish_telemetry(self, text: str) -> None:
+        """Publish one telemetry message on the alias's channel (sharded on a cluster)."""
+        publish(self.client, self.keys.telemetry(), text, sharded=self.cluster)
+
+    def subscribe_telemetry(self, channels: Sequence[str]) -> TelemetrySubscription:
+        """Subscribe to telemetry channels on this backend's server (sharded on a cluster)."""
+        return TelemetrySubscription(self.client, channels, sharded=self.cluster)
+
     def requeue(self, task: str | TaskResult, *, run_after: datetime | timedelta | None = None) -> bool:
         """Move a task back to ready (or to deferred with `run_after`), keeping its id.
 
@@ -465,7 +490,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     @translate_errors
     def server_time(self) -> datetime:
         """Return the server's clock (every lease, heartbeat and schedule decision uses it)."""
-        seconds, micros = self.client.time()
+        seconds, micros = self.client_for(self.keys.workers()).time()
         return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
 
     def ping(self) -> None:

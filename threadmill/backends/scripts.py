@@ -31,6 +31,19 @@ _SEGMENT_ORDER = (
 )
 
 
+#: Driver errors that mean the server (or the cluster's node for a key) cannot be reached now, not a
+#: refusal: a lost connection, a timeout, and on a cluster a slot without a live primary or a
+#: redirection still wrong after a refresh of the slot map (a failover in progress).
+UNREACHABLE_ERRORS = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.AskError,
+)
+
+
 def _source(name: str) -> str:
     return files("threadmill.backends").joinpath("lua", f"{name}.lua").read_text()
 
@@ -42,7 +55,7 @@ def translate_errors(method):
     def wrapper(*args, **kwargs):
         try:
             return method(*args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError) as e:
+        except UNREACHABLE_ERRORS as e:
             raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
         except redis.ResponseError as e:
             raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
@@ -55,7 +68,7 @@ def translated_errors() -> Iterator[None]:
     """The same translation as `translate_errors`, for a block (the asyncio client's calls)."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as e:
+    except UNREACHABLE_ERRORS as e:
         raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
     except redis.ResponseError as e:
         raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
@@ -95,9 +108,11 @@ class RedisScripts:
     directly, and the worker makes one or two calls per batch of tasks.
     """
 
-    def __init__(self, client: redis.Redis, keys: KeySchema) -> None:
+    def __init__(self, client: redis.Redis, keys: KeySchema, *, sharded_telemetry: bool = False) -> None:
         self.keys = keys
         self.client = client
+        #: The scripts' publish flag: "1" publishes telemetry with SPUBLISH (a cluster's sharded pub/sub).
+        self.sharded_flag = "1" if sharded_telemetry else "0"
         self._local = threading.local()
         register = LuaScript
         self._enqueue = register(_source("enqueue"))
@@ -239,7 +254,7 @@ class RedisScripts:
             k.schedules(),
             k.totals(queue_name),
         ]
-        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S, *schedule]
+        args: list[Any] = [queue_name, k.telemetry(), THROUGHPUT_COUNTER_TTL_S, *schedule, self.sharded_flag]
         for task_id, payload, segment, ready_score, score in entries:
             keys += [k.task(task_id), k.segment(queue_name, segment)]
             args += [task_id, payload, segment.value, ready_score, score]
@@ -272,7 +287,9 @@ class RedisScripts:
         keys: list[str] = []
         for name in queues:
             keys += [k.throughput(name, "egress", minute), k.throughput(name, "failed", minute), k.totals(name)]
-        args: list[Any] = [int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), len(queues), *queues]
+        args: list[Any] = [
+            int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), self.sharded_flag, len(queues), *queues
+        ]  # fmt: skip
         for task_id, queue_name, token, document, segment in entries:
             keys += [
                 k.task(task_id),
@@ -447,7 +464,7 @@ class RedisScripts:
         return self._run(
             self._heartbeat,
             keys=[k.workers(), k.worker(worker)],
-            args=[worker, document, document_ttl_s, k.telemetry() if publish and document else ""],
+            args=[worker, document, document_ttl_s, k.telemetry() if publish and document else "", self.sharded_flag],
         )
 
     @translate_errors

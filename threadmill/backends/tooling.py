@@ -59,7 +59,18 @@ class RedisTooling:
     schedules: tuple[Schedule, ...]
     queues: set[str]
     client: redis.Redis
+    cluster: bool
     scripts: RedisScripts
+
+    def client_for(self, key: str) -> redis.Redis:
+        """Return a plain client on the node holding `key`: the one server, or the primary owning its slot.
+
+        For commands a cluster client will not route by key, such as TIME in a pipeline: every
+        decision about leases and heartbeats uses the clock of the node that holds them.
+        """
+        if not self.cluster:
+            return self.client
+        return self.client.get_redis_connection(self.client.get_node_from_key(key))
 
     def quarantine_unreadable(
         self, task_id: str, queue_name: str, segment: Segment, error: Exception, token: str, path: str
@@ -227,7 +238,8 @@ class RedisTooling:
 
         Live means its heartbeat is at most `worker_timeout` old by the server's clock.
         """
-        pipe = self.client.pipeline(transaction=False)
+        # The clock of the node holding the heartbeats, which scored them (a cluster has one per node).
+        pipe = self.client_for(self.keys.workers()).pipeline(transaction=False)
         pipe.time()
         pipe.zrange(self.keys.workers(), 0, -1, withscores=True)
         (seconds, micros), entries = pipe.execute()
@@ -248,6 +260,7 @@ class RedisTooling:
         raw = self.client.get(self.keys.worker(name))
         return None if raw is None else json.loads(raw)
 
+    @translate_errors
     def queue_stats(self) -> dict[str, dict[Segment, int]]:
         """Return, for every queue, the number of tasks in each segment."""
         names = self.queue_names()

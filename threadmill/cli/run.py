@@ -75,6 +75,9 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     valkey = _start_valkey(command, options)
+    if valkey is not None:
+        # Before any backend exists: this process (the demo) and its children use the server just started.
+        settings.TASKS["default"]["REDIS_URL"] = valkey.url
     children: list[tuple[str, subprocess.Popen]] = []
     try:
         _prepare(command, options)

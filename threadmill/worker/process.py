@@ -128,6 +128,8 @@ class WorkerProcess:
         )
         self.phase = Phase.FETCHING
         self.buffer: deque[Buffered] = deque()
+        #: Tasks the consumers run now, by lease token: the same task may run twice at once here,
+        #: when its lease ran out and it was leased to this process again.
         self.running: dict[str, ThreadmillTaskResult] = {}
         self.outcomes: list[Outcome] = []
         self.unstarted: list[ThreadmillTaskResult] = []
@@ -435,7 +437,7 @@ class WorkerProcess:
                                 return
                             executor.idle = True
                         result = self._take_runnable(buffer.popleft())
-                    self.running[result.id] = result
+                    self.running[result.lease_token] = result
                     # Edge-triggered: the fetcher re-checks before it waits, and a wake-up
                     # per task cost more CPU than the echo task itself.
                     if self._wake_at_refill and self.size - len(buffer) == self.refill_at:
@@ -446,7 +448,7 @@ class WorkerProcess:
                 self.consumers_alive -= 1
                 if outcome is not None:
                     self._finish(outcome)
-                elif result is not None and self.running.pop(result.id, None) is not None:
+                elif result is not None and self.running.pop(result.lease_token, None) is not None:
                     # Task code raised SystemExit or KeyboardInterrupt: the broker recovers its lease.
                     logger.error("Task %s stopped its consumer thread; its lease is left to the broker.", result.id)
                 self._has_work.notify()
@@ -471,7 +473,7 @@ class WorkerProcess:
         return True
 
     def _finish(self, outcome: Outcome) -> None:
-        if self.running.pop(outcome.result.id, None) is None:
+        if self.running.pop(outcome.result.lease_token, None) is None:
             return  # handed back at the shutdown deadline; the process is exiting
         self.done += 1
         if not self.outcomes:

@@ -13,15 +13,17 @@
 -- ARGV[1] (number) result time to live, seconds (also trims the finished segment)
 -- ARGV[2] (number) seconds a per-minute counter lives
 -- ARGV[3] (string) telemetry channel
--- ARGV[4] (number) m, the number of queues
--- ARGV[4+j] (string) queue j's name
--- ARGV[4+m+4i-3] (string) task i's lease token
--- ARGV[4+m+4i-2] (string) task i's finished document
--- ARGV[4+m+4i-1] (string) task i's finished segment name, "successful" or "failed"
--- ARGV[4+m+4i]   (number) task i's queue, j
+-- ARGV[4] (string) "1" to publish with SPUBLISH (a cluster's sharded pub/sub), "0" with PUBLISH
+-- ARGV[5] (number) m, the number of queues
+-- ARGV[5+j] (string) queue j's name
+-- ARGV[5+m+4i-3] (string) task i's lease token
+-- ARGV[5+m+4i-2] (string) task i's finished document
+-- ARGV[5+m+4i-1] (string) task i's finished segment name, "successful" or "failed"
+-- ARGV[5+m+4i]   (number) task i's queue, j
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
 local ttl = tonumber(ARGV[1])
-local m = tonumber(ARGV[4])
+local m = tonumber(ARGV[5])
+local publish = ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH'
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local accepted = {}
@@ -33,7 +35,7 @@ for j = 1, m do
 end
 local n = (#KEYS - 3 * m) / 4
 for i = 1, n do
-  local k, a = 3 * m + 4 * i - 4, 4 + m + 4 * i - 4
+  local k, a = 3 * m + 4 * i - 4, 5 + m + 4 * i - 4
   local task = KEYS[k + 1]
   if redis.call('HGET', task, 'lease_token') == ARGV[a + 1] then
     local id = string.match(task, ':task:(.+)$')
@@ -70,7 +72,7 @@ for j = 1, m do
       count(KEYS[3 * j - 1], failed[j])
       redis.call('HINCRBY', KEYS[3 * j], 'failed', failed[j])
     end
-    redis.call('PUBLISH', ARGV[3], '{"type":"egress","queue":' .. cjson.encode(ARGV[4 + j]) .. ',"count":' .. out[j] .. '}')
+    redis.call(publish, ARGV[3], '{"type":"egress","queue":' .. cjson.encode(ARGV[5 + j]) .. ',"count":' .. out[j] .. '}')
   end
 end
 return accepted

@@ -17,13 +17,14 @@
 -- ARGV[3]     (number) seconds the ingress counter lives
 -- ARGV[4]     (string) the schedule this run belongs to, or "" for a plain enqueue
 -- ARGV[5]     (number) the schedule's tick, epoch seconds, or "" for a run-now
--- ARGV[5i+1]  (string) task i's id
--- ARGV[5i+2]  (string) task i's payload, stored exactly as given
--- ARGV[5i+3]  (string) task i's target segment name, "ready" or "deferred"
--- ARGV[5i+4]  (number) task i's ready score, kept in the hash so a deferred task can be promoted
--- ARGV[5i+5]  (number) task i's score in its target segment
+-- ARGV[6]     (string) "1" to publish with SPUBLISH (a cluster's sharded pub/sub), "0" with PUBLISH
+-- ARGV[5i+2]  (string) task i's id
+-- ARGV[5i+3]  (string) task i's payload, stored exactly as given
+-- ARGV[5i+4]  (string) task i's target segment name, "ready" or "deferred"
+-- ARGV[5i+5]  (number) task i's ready score, kept in the hash so a deferred task can be promoted
+-- ARGV[5i+6]  (number) task i's score in its target segment
 -- Returns: the number of tasks stored (0 when a schedule's guard refused the run)
-local n = (#ARGV - 5) / 5
+local n = (#ARGV - 6) / 5
 local schedule, tick = ARGV[4], ARGV[5]
 if schedule ~= '' then
   if tick ~= '' then
@@ -38,11 +39,12 @@ if schedule ~= '' then
     end
   end
   local time = redis.call('TIME')
-  redis.call('HSET', KEYS[4], schedule .. ':task', ARGV[6], schedule .. ':enqueued_at', time[1] .. '.' .. time[2])
+  redis.call('HSET', KEYS[4], schedule .. ':task', ARGV[7], schedule .. ':enqueued_at',
+    string.format('%d.%06d', time[1], time[2]))
 end
 local ready = false
 for i = 1, n do
-  local a = 5 * i + 1
+  local a = 5 * i + 2
   redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
     'score', ARGV[a + 3])
   redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
@@ -56,5 +58,6 @@ redis.call('HINCRBY', KEYS[5], 'enqueued', n)
 if ready and redis.call('LLEN', KEYS[3]) == 0 then
   redis.call('LPUSH', KEYS[3], '1')
 end
-redis.call('PUBLISH', ARGV[2], '{"type":"ingress","queue":' .. cjson.encode(ARGV[1]) .. ',"count":' .. n .. '}')
+local publish = ARGV[6] == '1' and 'SPUBLISH' or 'PUBLISH'
+redis.call(publish, ARGV[2], '{"type":"ingress","queue":' .. cjson.encode(ARGV[1]) .. ',"count":' .. n .. '}')
 return n

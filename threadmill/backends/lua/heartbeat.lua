@@ -7,6 +7,7 @@
 -- ARGV[2] (string) the heartbeat document (JSON), or "" to say goodbye
 -- ARGV[3] (number) seconds the document outlives the heartbeat
 -- ARGV[4] (string) telemetry channel the document is also published on, or "" for none
+-- ARGV[5] (string) "1" to publish with SPUBLISH (a cluster's sharded pub/sub), "0" with PUBLISH
 -- Returns: the server's time, epoch seconds, as a string
 local time = redis.call('TIME')
 local now = string.format('%d.%06d', time[1], time[2])
@@ -18,6 +19,6 @@ end
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2], 'EX', math.ceil(tonumber(ARGV[3])))
 if ARGV[4] ~= '' then
-  redis.call('PUBLISH', ARGV[4], ARGV[2])
+  redis.call(ARGV[5] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[4], ARGV[2])
 end
 return now

@@ -1,0 +1,268 @@
+"""Fault benchmark: the issue's table, a fault 1.5 s into a drain, at the default settings.
+
+Each row enqueues 2,000 tasks of 20 ms (`tests.tasks.count_run`) on a fresh persistent
+Valkey, starts `threadmill worker -w 1 -t 4`, breaks something 1.5 s after the first
+result, and watches until every task succeeded or 60 s after the fault. Every start and
+finish of a task is counted on a second Valkey that no fault touches, so "run twice" is
+what really ran. The pools run with the backend's defaults (lease_ttl 1 h, worker_timeout
+15 s, broker_interval 1 s, socket_timeout 5 s) through tests.settings, whose only change
+that matters here, a 50 ms longest poll, shortens idle waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+
+from threadmill.backends.base import Segment
+from threadmill.embedded import EmbeddedValkey, free_port
+
+from . import report
+from .server import server_version, valkey
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Tasks per row, as in the issue.
+DEFAULT_TASKS = 2_000
+#: Each task's run time, milliseconds.
+TASK_MS = 20
+#: Seconds after the first result at which the fault strikes.
+FAULT_AFTER_S = 1.5
+#: Seconds after the fault the benchmark keeps watching.
+OBSERVE_S = 60.0
+#: The SIGTERM row's long task, seconds.
+LONG_TASK_S = 120
+#: Seconds the server stays down in the outage row.
+OUTAGE_S = 10.0
+#: Seconds between two readings of the stored results.
+POLL_S = 0.1
+#: The worker command of every row.
+WORKER = ["manage.py", "threadmill", "worker", "-w", "1", "-t", "4", "--log-format", "text"]
+#: Queues of tests.settings.
+QUEUES = ["default", "emails", "reports"]
+
+
+@dataclass
+class Drain:
+    """One row's moving parts: the server under test, the pool and its log."""
+
+    server: EmbeddedValkey
+    pool: subprocess.Popen
+    log: Path
+    client: redis.Redis
+
+
+def kill_worker_process(drain: Drain) -> None:
+    """kill -9 the pool's worker process (the supervisor respawns it)."""
+    os.kill(psutil.Process(drain.pool.pid).children()[0].pid, signal.SIGKILL)
+
+
+def restart_server(drain: Drain) -> None:
+    """Stop Valkey cleanly (SIGTERM writes its append-only file) and start it again."""
+    drain.server.stop()
+    drain.server.start()
+
+
+def server_down(drain: Drain) -> None:
+    """Stop Valkey, keep it down for `OUTAGE_S`, then start it again."""
+    drain.server.stop()
+    time.sleep(OUTAGE_S)  # The outage itself.
+    drain.server.start()
+
+
+def sigterm_pool(drain: Drain) -> None:
+    """SIGTERM the pool, as an orchestrator stopping it would."""
+    drain.pool.send_signal(signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    strike: Callable[[Drain], None]
+    #: Whether a 120 s task runs first, and the row measures the pool's exit instead of the drain.
+    long_task: bool = False
+
+
+FAULTS = [
+    Fault("kill -9 the worker process (the pool respawns it)", kill_worker_process),
+    Fault("restart Valkey cleanly (SIGTERM, append-only file)", restart_server),
+    Fault(f"Valkey down for {OUTAGE_S:g} s, then back", server_down),
+    Fault(f"SIGTERM to the pool while a {LONG_TASK_S} s task runs", sigterm_pool, long_task=True),
+]
+
+
+def setup_django() -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+
+    django.setup()
+
+
+def pool_env(server_url: str, counter_url: str) -> dict[str, str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONUNBUFFERED": "1"}
+    env.update(THREADMILL_TEST_REDIS_URL=server_url, THREADMILL_TEST_COUNTER_URL=counter_url)
+    # The backend's defaults, over the test settings' short lease.
+    env.update(
+        THREADMILL_TEST_LEASE_TTL="3600",
+        THREADMILL_TEST_WORKER_TIMEOUT="15",
+        THREADMILL_TEST_BROKER_INTERVAL="1",
+        THREADMILL_TEST_SOCKET_TIMEOUT="5",
+    )
+    return env
+
+
+def enqueue(server_url: str, tasks: int, long_task: bool) -> list[str]:
+    from tests.tasks import count_run
+    from threadmill.backends.redis import RedisTaskBackend
+
+    backend = RedisTaskBackend("default", {"REDIS_URL": server_url, "QUEUES": QUEUES})
+    ids = []
+    if long_task:
+        ids.append(backend.enqueue(count_run.using(priority=10), [], {"sleep_ms": LONG_TASK_S * 1000}).id)
+    ids += [backend.enqueue(count_run, [], {"sleep_ms": TASK_MS}).id for _ in range(tasks)]
+    backend.client.close()
+    return ids
+
+
+def successful(client: redis.Redis) -> int | None:
+    """Tasks stored as successful, or None while the server does not answer."""
+    try:
+        return client.zcard(f"threadmill:{{default}}:default:{Segment.SUCCESSFUL}")
+    except redis.RedisError:
+        return None
+
+
+def measure_once(fault: Fault, counter_url: str, tasks: int, scratch: Path) -> dict[str, Any]:
+    """Run one drain through `fault` and return its row."""
+    counter = redis.Redis.from_url(counter_url)
+    counter.flushall()
+    data_dir = tempfile.mkdtemp(prefix="valkey-", dir=scratch)
+    server = EmbeddedValkey(data_dir, free_port(), persist=True).start()
+    ids = enqueue(server.url, tasks, fault.long_task)
+    log = scratch / "pool.log"
+    with open(log, "w") as out:
+        pool = subprocess.Popen(
+            [sys.executable, *WORKER], cwd=ROOT, env=pool_env(server.url, counter_url),
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    drain = Drain(server, pool, log, redis.Redis.from_url(server.url, socket_timeout=1))
+    try:
+        return observe(drain, fault, counter, ids)
+    finally:
+        # The pool leads its own process group: this ends its worker processes too, even
+        # ones whose supervisor already exited.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pool.pid, signal.SIGKILL)
+        pool.wait()
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def observe(drain: Drain, fault: Fault, counter: redis.Redis, ids: list[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while not successful(drain.client):
+        if drain.pool.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"The pool ran nothing; see {drain.log}: {drain.log.read_text()[-2000:]}")
+        time.sleep(POLL_S)
+    time.sleep(FAULT_AFTER_S)  # The schedule of the fault, not a synchronisation.
+    # From the start of the fault: an outage's own 10 s count, as they do for the tasks waiting.
+    struck = time.monotonic()
+    fault.strike(drain)
+    all_ran_s = exited_s = None
+    while time.monotonic() - struck < OBSERVE_S:
+        if fault.long_task:
+            if drain.pool.poll() is not None:
+                exited_s = time.monotonic() - struck
+                break
+        elif successful(drain.client) == len(ids):
+            all_ran_s = time.monotonic() - struck
+            break
+        time.sleep(POLL_S)
+    finished = {key.decode(): int(n) for key, n in counter.hgetall("faults:finished").items()}
+    done = successful(drain.client) or 0
+    try:
+        failed = drain.client.zcard(f"threadmill:{{default}}:default:{Segment.FAILED}")
+    except redis.RedisError:
+        failed = None
+    return {
+        "fault": fault.name,
+        "measures_exit": fault.long_task,
+        "enqueued": len(ids),
+        "not_run": len(ids) - done,
+        "run_twice": sum(1 for task_id in ids if finished.get(task_id, 0) > 1),
+        "failed": failed,
+        "all_ran_after_s": None if all_ran_s is None else round(all_ran_s, 2),
+        "pool_exited_after_s": None if exited_s is None else round(exited_s, 2),
+        "respawns": drain.log.read_text().count("respawning it"),
+    }
+
+
+def run(tasks: int = DEFAULT_TASKS, repeats: int = 1) -> dict[str, Any]:
+    """Run every fault `repeats` times, print the table and write results/faults.json."""
+    setup_django()
+    rows: dict[str, list[dict[str, Any]]] = {fault.name: [] for fault in FAULTS}
+    scratch = Path(tempfile.mkdtemp(prefix="threadmill-faults-"))
+    with valkey() as counter_server:
+        for repeat in range(repeats):
+            for fault in FAULTS:
+                row = measure_once(fault, counter_server.url, tasks, scratch)
+                rows[fault.name].append(row)
+                print(f"[{repeat + 1}/{repeats}] {fault.name}: {row}", flush=True)
+        version = server_version(redis.Redis.from_url(counter_server.url))
+    shutil.rmtree(scratch, ignore_errors=True)
+    figures = {
+        "server": version,
+        "repeats": repeats,
+        "tasks": tasks,
+        "task_ms": TASK_MS,
+        "fault_after_s": FAULT_AFTER_S,
+        "observe_s": OBSERVE_S,
+        "worker": " ".join(WORKER),
+        "rows": rows,
+    }
+    print_faults(figures)
+    print(f"\nwrote {report.write_results('faults', figures)}")
+    return figures
+
+
+def _worst(values: list[Any]) -> Any:
+    """The worst of repeated readings: a missing one (never reached) is worse than any number."""
+    return None if None in values else max(values)
+
+
+def print_faults(figures: dict[str, Any]) -> None:
+    """Print the issue's table in markdown, the worst reading of each column over the repeats."""
+    print(
+        f"\n{figures['tasks']:,} tasks of {figures['task_ms']} ms, `{figures['worker']}`, default settings, "
+        f"fault {figures['fault_after_s']:g} s into the drain, watched {figures['observe_s']:g} s "
+        f"(worst of {figures['repeats']}, {figures['server']})\n"
+    )
+    print("| fault | enqueued | not run after 60 s | run twice | marked FAILED | all ran after | pool exited after |")
+    print("|---|---|---|---|---|---|---|")
+    for name, runs in figures["rows"].items():
+        sigterm = runs[0]["measures_exit"]
+        ran = _worst([r["all_ran_after_s"] for r in runs])
+        exited = _worst([r["pool_exited_after_s"] for r in runs])
+        respawns = max(r["respawns"] for r in runs)
+        not_run = "-" if sigterm else f"{max(r['not_run'] for r in runs):,}"
+        if respawns and not sigterm:
+            not_run += f" (worker respawned {respawns} time{'s' if respawns > 1 else ''})"
+        failed = _worst([r["failed"] for r in runs])
+        print(
+            f"| {name} | {runs[0]['enqueued']:,} | {not_run} | {max(r['run_twice'] for r in runs)} "
+            f"| {'?' if failed is None else failed} "
+            f"| {'-' if sigterm else 'not within 60 s' if ran is None else f'{ran:.1f} s'} "
+            f"| {('still running 60 s later' if exited is None else f'{exited:.1f} s') if sigterm else '-'} |"
+        )

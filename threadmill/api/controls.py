@@ -1,0 +1,129 @@
+"""Operator controls: pause and resume queues, quiet and stop worker processes, requeue orphaned running tasks.
+
+A running task is **orphaned** when its worker is known gone (its last heartbeat is older
+than `worker_timeout`) or its lease is overdue (the deadline, the running segment's score,
+is past on the server's clock). A worker that never sent a heartbeat is not known gone:
+the same rule the requeue script applies, so "requeue all orphaned" never moves a task it
+flagged that the script would then skip, and never moves a live lease (the script checks
+again, atomically, without force).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..backends.base import PausedQueue, Segment
+from ..backends.tooling import WORKER_COMMANDS
+from .actions import Requeued
+from .queues import NO_FILTER, Filter, SegmentPage, get_backend
+
+#: Most running tasks a lease filter or "requeue all orphaned" reads; past it, counts are lower bounds.
+ORPHAN_SCAN_LIMIT = 5_000
+#: What a running view's `?lease=` filter may be.
+LEASE_FLAGS = ("gone", "overdue")
+
+__all__ = ["LEASE_FLAGS", "ORPHAN_SCAN_LIMIT", "WORKER_COMMANDS", "LeaseCheck"]
+
+
+def paused_queues(alias: str) -> dict[str, PausedQueue]:
+    """Return a backend's paused queues: name -> who paused it and since when."""
+    return get_backend(alias).paused_queues()
+
+
+def pause_queue(alias: str, queue_name: str, *, by: str) -> bool:
+    """Stop workers acquiring a queue's tasks (enqueues still land); False when it was paused already."""
+    return get_backend(alias).pause(queue_name, by=by)
+
+
+def resume_queue(alias: str, queue_name: str) -> bool:
+    """Let workers acquire a queue's tasks again; False when it was not paused."""
+    return get_backend(alias).resume(queue_name)
+
+
+def live_worker_documents(alias: str) -> list[dict[str, Any]]:
+    """Return the last heartbeat document of each live worker process of a backend."""
+    return get_backend(alias).live_workers()
+
+
+def command_workers(alias: str, workers: Sequence[str], command: str, *, by: str) -> None:
+    """Ask worker processes ("host:pid") to be quiet or to stop; the command waits in Redis until taken."""
+    get_backend(alias).send_control(list(workers), command, by=by)
+
+
+def pending_commands(alias: str) -> dict[str, dict[str, Any]]:
+    """Return the worker commands not yet taken: worker name -> {"command", "by", "at"}."""
+    return get_backend(alias).pending_control()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseCheck:
+    """What tells a running task's lease apart: the server's clock, the heartbeats and the worker timeout."""
+
+    now: float
+    heartbeats: dict[str, float]
+    worker_timeout: float
+
+    def worker_gone(self, worker: str) -> bool:
+        """Return whether a worker's last heartbeat is older than the timeout (never beating is not gone)."""
+        beat = self.heartbeats.get(worker)
+        return beat is not None and beat < self.now - self.worker_timeout
+
+    def overdue(self, deadline: datetime | None) -> bool:
+        return deadline is not None and deadline.timestamp() < self.now
+
+    def flags(self, item) -> set[str]:
+        """Return which of LEASE_FLAGS a running task carries ("gone", "overdue"), none for a healthy lease."""
+        out = set()
+        if self.worker_gone(getattr(item, "lease_worker", "") or ""):
+            out.add("gone")
+        if self.overdue(getattr(item, "lease_deadline", None)):
+            out.add("overdue")
+        return out
+
+
+def lease_check(alias: str) -> LeaseCheck:
+    """Return the lease check of a backend as of now on its server's clock."""
+    backend = get_backend(alias)
+    return LeaseCheck(backend.server_time().timestamp(), backend.worker_heartbeats(), backend.options.worker_timeout)
+
+
+def _running(alias: str, queue_name: str):
+    page = get_backend(alias).peek(queue_name, segment=Segment.RUNNING, count=ORPHAN_SCAN_LIMIT)
+    return page.items, page.total <= ORPHAN_SCAN_LIMIT
+
+
+def flagged_page(
+    alias: str,
+    queue_name: str,
+    flag: str,
+    offset: int,
+    count: int,
+    where: Filter = NO_FILTER,
+    newest_first: bool = False,
+) -> SegmentPage:
+    """Return one page of the running tasks carrying `flag` ("gone" or "overdue"), among the first scanned."""
+    if flag not in LEASE_FLAGS:
+        raise ValueError(f"The lease filter is one of {', '.join(LEASE_FLAGS)}, not {flag[:20]!r}.")
+    check = lease_check(alias)
+    items, exact = _running(alias, queue_name)
+    matching = [item for item in items if flag in check.flags(item) and where.matches(item)]
+    if newest_first:
+        matching.reverse()
+    return SegmentPage(matching[offset : offset + count], len(matching), exact)
+
+
+def orphaned(alias: str, queue_name: str) -> list[str]:
+    """Return the ids of the running tasks whose worker is gone or whose lease is overdue, among the first scanned."""
+    check = lease_check(alias)
+    return [item.id for item in _running(alias, queue_name)[0] if check.flags(item)]
+
+
+def requeue_orphaned(alias: str, queue_name: str) -> Requeued:
+    """Requeue every orphaned running task of a queue in one script, never forced: a live lease stays."""
+    ids = orphaned(alias, queue_name)
+    moved = get_backend(alias).requeue_many(queue_name, segment=Segment.RUNNING, task_ids=ids) if ids else []
+    left = set(moved)
+    return Requeued(moved, [i for i in ids if i not in left])

@@ -1,0 +1,99 @@
+"""Prometheus metrics of every threadmill backend, in the text exposition format written by `prometheus_client`.
+
+A scrape reads counts and counters only, never a segment's members: per backend one pipeline
+of ZCARDs, one of two-entry ZRANGEs for the oldest ready task, one of HMGETs for the totals,
+the heartbeats and their documents, and the paused queues, so its cost does not grow with the
+number of tasks stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ..backends.base import Segment
+from .queues import backend_aliases, get_backend
+
+__all__ = ["CONTENT_TYPE_LATEST", "exposition"]
+
+
+class ThreadmillCollector:
+    """Collect queue and worker metrics from every threadmill backend at scrape time."""
+
+    def collect(self) -> Iterator[Metric]:
+        tasks = GaugeMetricFamily(
+            "threadmill_tasks", "Tasks in a queue's segment.", labels=["backend", "queue", "segment"]
+        )
+        oldest = GaugeMetricFamily(
+            "threadmill_oldest_ready_age_seconds",
+            "Age of the queue's oldest ready task (its latency); 0 when none is ready.",
+            labels=["backend", "queue"],
+        )
+        paused = GaugeMetricFamily(
+            "threadmill_queue_paused", "1 when the queue is paused, else 0.", labels=["backend", "queue"]
+        )
+        counters = {
+            name: CounterMetricFamily(
+                f"threadmill_tasks_{name}", f"Tasks {name} since the queue was first used.", labels=["backend", "queue"]
+            )
+            for name in ("enqueued", "finished", "failed")
+        }
+        alive = GaugeMetricFamily(
+            "threadmill_workers_alive", "Worker processes with a current heartbeat.", labels=["backend"]
+        )
+        per_worker = {
+            "threads": GaugeMetricFamily(
+                "threadmill_worker_threads", "Threads of a worker process.", labels=["backend", "worker"]
+            ),
+            "busy_threads": GaugeMetricFamily(
+                "threadmill_worker_busy_threads",
+                "Threads of a worker process running a task.",
+                labels=["backend", "worker"],
+            ),
+            "cpu_percent": GaugeMetricFamily(
+                "threadmill_worker_cpu_percent",
+                "CPU use of a worker process, percent of one core.",
+                labels=["backend", "worker"],
+            ),
+            "rss_bytes": GaugeMetricFamily(
+                "threadmill_worker_rss_bytes", "Resident memory of a worker process.", labels=["backend", "worker"]
+            ),
+        }
+        for alias in backend_aliases():
+            self._queues(alias, tasks, oldest, paused, counters)
+            self._workers(alias, alive, per_worker)
+        yield from (tasks, oldest, paused, *counters.values(), alive, *per_worker.values())
+
+    @staticmethod
+    def _queues(alias, tasks, oldest, paused, counters) -> None:
+        backend = get_backend(alias)
+        stats, totals, pauses = backend.queue_stats(), backend.totals(), backend.paused_queues()
+        now = backend.server_time().timestamp()
+        ready_since = backend.oldest_ready_enqueued_at(list(stats))
+        for queue_name, counts in stats.items():
+            for segment in Segment:
+                tasks.add_metric([alias, queue_name, segment.value], counts[segment])
+            since = ready_since[queue_name]
+            oldest.add_metric([alias, queue_name], 0.0 if since is None else max(0.0, now - since.timestamp()))
+            paused.add_metric([alias, queue_name], 1.0 if queue_name in pauses else 0.0)
+            for name, family in counters.items():
+                family.add_metric([alias, queue_name], totals.get(queue_name, {}).get(name, 0))
+
+    @staticmethod
+    def _workers(alias, alive, per_worker) -> None:
+        documents = get_backend(alias).live_workers()
+        alive.add_metric([alias], len(documents))
+        for document in documents:
+            for field, family in per_worker.items():
+                value = document.get(field)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    family.add_metric([alias, str(document["worker"])], value)
+
+
+def exposition() -> bytes:
+    """Return every backend's metrics in the Prometheus text format, read now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ThreadmillCollector())
+    return generate_latest(registry)

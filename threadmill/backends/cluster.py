@@ -1,0 +1,149 @@
+"""Script calls on a Redis or Valkey Cluster: each goes to the primary that owns its keys' slot.
+
+Every key of one script call carries one hash tag (see the README's "Data model"), so the
+slot of its first key is the slot of all of them. `ClusterScripts` keeps the single-node
+path's shape (one raw connection per thread, no redis-py command layer) with one connection
+per thread and node, found through the cluster client's slot map.
+
+A redirection (MOVED, ASK) or a command that could not be sent (the node is gone) refreshes
+the slot map and is tried once more, which is what carries a call across a failover. A
+command that was sent but whose reply was lost is never resent: it may have run, and
+running a script twice is not safe (an acquire would lease twice). The caller sees
+`ServerUnreachable` then, as on a single server, and rides it out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from .keys import KeySchema
+from .scripts import LuaScript, RedisScripts, translate_errors
+
+logger = logging.getLogger("threadmill.backend")
+
+#: Redirections and refusals a node answers before running anything: the call may go again.
+_NOT_RUN = (redis.exceptions.MovedError, redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)
+
+
+class ClusterScripts(RedisScripts):
+    """The backend's Lua scripts on a cluster, each call sent to the node owning its slot."""
+
+    client: RedisCluster
+
+    def __init__(self, client: RedisCluster, keys: KeySchema) -> None:
+        super().__init__(client, keys, sharded_telemetry=True)
+
+    def _connections(self) -> dict[str, Any]:
+        """Return this thread's raw connections by node name (`host:port`), made anew in a forked child."""
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            local.by_node = {}
+            local.aof_checked = set()
+            local.pid = os.getpid()
+        return local.by_node
+
+    def _connection_for(self, key: str):
+        node = self.client.nodes_manager.get_node_from_slot(key_slot(key.encode()))
+        return self._node_connection(node)
+
+    def _node_connection(self, node):
+        connections = self._connections()
+        connection = connections.get(node.name)
+        if connection is None:
+            pool = self.client.get_redis_connection(node).connection_pool
+            connection = connections[node.name] = pool.make_connection()
+        return connection
+
+    def _refresh(self, error: Exception) -> None:
+        """Reload the slot map after `error`; a cluster that cannot answer now leaves the old one."""
+        if isinstance(error, redis.exceptions.MovedError):
+            self.client.nodes_manager.move_slot(error)
+            return
+        try:
+            self.client.nodes_manager.initialize()
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
+            logger.debug("Refreshing the cluster's slot map failed: %s", e)
+
+    def _send(self, key: str, command: Sequence[Any], timeout: float | None = None) -> tuple[Any, Any]:
+        """Send one command to the node owning `key`'s slot; return its reply and the connection it went on."""
+        for attempt in (1, 2):
+            connection = self._connection_for(key)
+            try:
+                connection.send_command(*command)
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                # Not sent, so not run: safe to send again once the map is fresh.
+                connection.disconnect()
+                self._refresh(e)
+                if attempt == 2:
+                    raise
+                continue
+            try:
+                if timeout is None:
+                    return connection.read_response(), connection
+                return connection.read_response(timeout=timeout), connection
+            except _NOT_RUN as e:
+                self._refresh(e)
+                if attempt == 2:
+                    raise
+            except redis.exceptions.AskError as e:
+                return self._send_asking(e, command), connection
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                # Sent but unanswered: it may have run, so it is not sent again.
+                connection.disconnect()
+                self._refresh(e)
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send_asking(self, error: redis.exceptions.AskError, command: Sequence[Any]) -> Any:
+        """Send `command` once to the node an ASK names (a slot being migrated), without changing the map."""
+        node = self.client.nodes_manager.get_node(host=error.host, port=error.port)
+        if node is None:
+            self._refresh(error)
+            node = self.client.nodes_manager.get_node(host=error.host, port=error.port)
+        if node is None:
+            raise error
+        connection = self._node_connection(node)
+        try:
+            connection.send_command("ASKING")
+            connection.read_response()
+            connection.send_command(*command)
+            return connection.read_response()
+        except (redis.ConnectionError, redis.TimeoutError):
+            connection.disconnect()
+            raise
+
+    def _run_on_owner(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, Any]:
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            return self._send(keys[0], command)
+        except redis.exceptions.NoScriptError:
+            # A node that never ran it (a new primary after a failover, one restarted, or the
+            # target of an ASK): EVAL runs it there and leaves it in that node's script cache.
+            return self._send(keys[0], ("EVAL", script.source, len(keys), *keys, *args))
+
+    def _run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self._run_on_owner(script, keys, args)[0]
+
+    def _run_durably(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any], wait_s: float) -> tuple:
+        """Run a script, then WAITAOF on the connection that ran it (the owner of its slot)."""
+        wait_ms = max(1, round(wait_s * 1000))
+        connection = self._connection_for(keys[0])
+        checked = self._local.aof_checked
+        if id(connection) not in checked:
+            self._wait_for_append_only_file(connection, wait_ms)
+            checked.add(id(connection))
+        reply, connection = self._run_on_owner(script, keys, args)
+        return reply, self._wait_for_append_only_file(connection, wait_ms)
+
+    @translate_errors
+    def wait_for_wake(self, wake_keys: Sequence[str], timeout_s: float, socket_timeout_s: float) -> bool:
+        """Block on the wake lists (BLPOP) on the node owning their slot; True when a token came."""
+        reply, _ = self._send(wake_keys[0], ("BLPOP", *wake_keys, timeout_s), timeout=timeout_s + socket_timeout_s)
+        return reply is not None
