@@ -47,3 +47,46 @@ def test_naming_a_worker_that_is_not_live_is_a_one_line_error():
     assert done.returncode == 1
     assert "No live worker process nohost:1" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_requeue_orphaned_takes_back_a_dead_workers_task_and_leaves_a_live_one():
+    backend = task_backends["default"]
+    orphan, live = tasks.echo.enqueue(1), tasks.echo.enqueue(2)
+    backend.acquire("default", worker="host:1")
+    backend.acquire("default", worker="host:2")
+    seconds, micros = backend.client.time()
+    backend.client.zadd(backend.keys.workers(), {"host:1": seconds - 3600, "host:2": seconds + micros / 1e6})
+
+    done = threadmill("requeue-orphaned", "default")
+
+    assert done.returncode == 0 and "default: requeued 1 orphaned tasks." in done.stdout
+    assert backend.get_result(orphan.id).status == "READY"
+    assert backend.get_result(live.id).status == "RUNNING"
+
+
+def test_schedules_from_the_command_line_list_pause_resume_and_run_now():
+    from tests.worker.conftest import worker_env
+
+    env = worker_env(THREADMILL_TEST_SCHEDULE="1")
+
+    def run(*args):
+        import subprocess
+        import sys
+
+        from tests.worker.conftest import ROOT
+
+        return subprocess.run(
+            [sys.executable, "manage.py", "threadmill", "schedules", *args],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    assert "yearly-echo  '0 3 1 1 *'  tests.tasks.echo  enabled" in run().stdout
+    assert "Paused schedule 'yearly-echo'." in run("--pause", "yearly-echo").stdout
+    assert "paused by" in run().stdout
+    assert "Resumed schedule 'yearly-echo'." in run("--resume", "yearly-echo").stdout
+    ran = run("--run", "yearly-echo").stdout
+    assert "Enqueued a run of schedule 'yearly-echo': task " in ran
+    task_id = ran.rstrip(".\n").rsplit(" ", 1)[1]
+    assert task_backends["default"].get_result(task_id).args == ["yearly"]
+    unknown = run("--run", "nosuch")
+    assert unknown.returncode == 1 and "No schedule named 'nosuch'" in unknown.stderr

@@ -14,4 +14,6 @@ SUBCOMMANDS: dict[str, str] = {
     "resume": "threadmill.cli.resume",
     "quiet": "threadmill.cli.quiet",
     "stop": "threadmill.cli.stop",
+    "requeue-orphaned": "threadmill.cli.requeue_orphaned",
+    "schedules": "threadmill.cli.schedules",
 }
