@@ -6,7 +6,7 @@ from django.tasks import task_backends
 
 from tests import tasks
 from tests.cli.test_status import threadmill
-from tests.worker.conftest import start_worker, wait_until  # noqa: F401 - the fixture
+from tests.worker.conftest import wait_until
 
 
 def _states(backend) -> dict[str, str]:
