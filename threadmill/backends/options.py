@@ -41,15 +41,6 @@ class BackendOptions:
     fsync_enqueue: bool = False
 
 
-_DURATIONS = {
-    "lease_ttl",
-    "result_ttl",
-    "broker_interval",
-    "poll_interval",
-    "poll_max_interval",
-    "worker_timeout",
-    "socket_timeout",
-}
 _FLAGS = {"fsync_enqueue"}
 
 
