@@ -65,14 +65,14 @@ def record_abandoned(result: TaskResult, message: str) -> None:
     result.errors.append(abandoned_error(message))
 
 
-def record_worker_lost(result: TaskResult, message: str) -> None:
-    """Record on a running task's result (its lease applied) that its worker died during this attempt."""
+def worker_lost_error(message: str) -> TaskError:
+    """Return the TaskError recorded for an attempt whose worker died while it ran."""
     path = class_path(WorkerLost)
-    result.errors.append(TaskError(exception_class_path=path, traceback=f"{path}: {message}\n"))
+    return TaskError(exception_class_path=path, traceback=f"{path}: {message}\n")
 
 
-def keeps_losing_its_worker(result: TaskResult, limit: int = WORKER_LOSS_LIMIT) -> bool:
-    """Return whether the task's last `limit` attempts all ended with its worker lost."""
+def keeps_losing_its_worker(result: TaskResult, latest: TaskError, limit: int = WORKER_LOSS_LIMIT) -> bool:
+    """Return whether `latest` and the attempts before it make `limit` in a row whose worker was lost."""
     path = class_path(WorkerLost)
-    recent = result.errors[-limit:]
+    recent = [*result.errors[-(limit - 1) :], latest] if limit > 1 else [latest]
     return len(recent) == limit and all(error.exception_class_path == path for error in recent)

@@ -65,20 +65,8 @@ def test_requeue_orphaned_takes_back_a_dead_workers_task_and_leaves_a_live_one()
 
 
 def test_schedules_from_the_command_line_list_pause_resume_and_run_now():
-    from tests.worker.conftest import worker_env
-
-    env = worker_env(THREADMILL_TEST_SCHEDULE="1")
-
     def run(*args):
-        import subprocess
-        import sys
-
-        from tests.worker.conftest import ROOT
-
-        return subprocess.run(
-            [sys.executable, "manage.py", "threadmill", "schedules", *args],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        return threadmill("schedules", *args, THREADMILL_TEST_SCHEDULE="1")
 
     assert "yearly-echo  '0 3 1 1 *'  tests.tasks.echo  enabled" in run().stdout
     assert "Paused schedule 'yearly-echo'." in run("--pause", "yearly-echo").stdout

@@ -12,11 +12,11 @@ from tests import tasks
 from tests.worker.conftest import ROOT, worker_env
 
 
-def threadmill(*args: str) -> subprocess.CompletedProcess:
+def threadmill(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "manage.py", "threadmill", *args],
         cwd=ROOT,
-        env=worker_env(),
+        env=worker_env(**env),
         capture_output=True,
         text=True,
         timeout=60,

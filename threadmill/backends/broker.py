@@ -24,7 +24,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..outcome import keeps_losing_its_worker, lease_expired_error, mark_failed, record_worker_lost, retry_delay
+from ..outcome import keeps_losing_its_worker, lease_expired_error, mark_failed, retry_delay, worker_lost_error
 from . import codec
 from .base import UNREADABLE_PAYLOAD_ERRORS, Segment
 
@@ -243,14 +243,15 @@ class RedisBroker:
         if task_id in buffered_by_worker[worker]:
             self.backend.release([result])
             return "had not started and went back to ready"
-        record_worker_lost(
-            result, f"Worker {worker} sent no heartbeat for {float(age):.1f} s while this attempt ran; it was lost."
+        error = worker_lost_error(
+            f"Worker {worker} sent no heartbeat for {float(age):.1f} s while this attempt ran; it was lost."
         )
-        if keeps_losing_its_worker(result):
+        if keeps_losing_its_worker(result, error):
             logger.error("Task %s lost its worker %d times in a row; marked failed.", task_id, result.attempts)
-            mark_failed(result, result.errors.pop(), datetime.now(UTC))
+            mark_failed(result, error, datetime.now(UTC))
             self.backend.acknowledge(result)
             return "kept losing their worker and were marked failed"
+        result.errors.append(error)
         self.backend.requeue(result)
         return "were running and went back to ready, the lost attempt recorded"
 

@@ -72,6 +72,11 @@ class PreparedTask(NamedTuple):
     kwargs: Any
     now: float
 
+    @property
+    def entry(self) -> tuple[str, str, Segment, str, str]:
+        """What the enqueue script takes for this task: id, payload, segment, ready score, score."""
+        return (self.id, self.payload, self.segment, self.ready_score, self.score)
+
 
 def _call(index: int, call: Any) -> tuple[Any, Any]:
     """Return one (args, kwargs) element of enqueue_many's calls, or raise TypeError naming it."""
@@ -168,7 +173,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         prepared = self._prepare(task, args, kwargs, time.time())
         keys, script_args = self.scripts.enqueue_call(
             task.queue_name,
-            [(prepared.id, prepared.payload, prepared.segment, prepared.ready_score, prepared.score)],
+            [prepared.entry],
             int(prepared.now // 60),
         )
         await self.aio.run(self.scripts.enqueue_script, keys, script_args)
@@ -186,9 +191,8 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         task = schedule.task()
         self.validate_task(task)
         prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time())
-        entry = (prepared.id, prepared.payload, prepared.segment, prepared.ready_score, prepared.score)
         guard = (schedule.name, "" if tick is None else repr(tick.timestamp()))
-        if not self.scripts.enqueue_many(task.queue_name, [entry], int(prepared.now // 60), schedule=guard):
+        if not self.scripts.enqueue_many(task.queue_name, [prepared.entry], int(prepared.now // 60), schedule=guard):
             return None
         result = self._new_result(task, prepared)
         task_enqueued.send(type(self), task_result=result)
@@ -226,7 +230,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         # WAITAOF waits at most half the socket timeout, so the server's own "not yet" arrives
         # before the client would give the connection up as lost.
         durable_within_s = self.options.socket_timeout / 2 if self.options.fsync_enqueue else None
-        entries = [(p.id, p.payload, p.segment, p.ready_score, p.score) for p in prepared]
+        entries = [p.entry for p in prepared]
         self.scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
         results = [self._new_result(task, p) for p in prepared]
         for result in results:

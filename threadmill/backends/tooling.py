@@ -161,7 +161,6 @@ class RedisTooling:
         stored = {q.decode() for q in self.client.smembers(self.keys.queues())}
         return sorted(stored | set(self.queues))
 
-    @translate_errors
     def pause(self, queue_name: str, *, by: str = "") -> bool:
         """Stop workers acquiring the queue's tasks (enqueues still land); False when it was paused already."""
         return bool(self.scripts.pause(queue_name, by))
