@@ -24,6 +24,21 @@ class DurableEnqueueError(ThreadmillError):
     """
 
 
+class ReplicaWaitError(DurableEnqueueError):
+    """Raised when `wait_replicas` is set and fewer replicas than that acknowledged an enqueue within the wait.
+
+    The task is stored on the primary; the message names its id, how many replicas
+    acknowledged it and the fix.
+    """
+
+
+class LayoutVersionError(ThreadmillError):
+    """Raised when an alias's stored data layout is one this code cannot read or migrate.
+
+    The message names the stored version, this code's version and what to do.
+    """
+
+
 class AcknowledgementTimeout(ThreadmillError):
     """Raised (and recorded as a task error) when a task's lease expired before it was acknowledged."""
 

@@ -39,9 +39,12 @@ class BackendOptions:
     worker_timeout: float = DEFAULT_WORKER_TIMEOUT_S
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S
     fsync_enqueue: bool = False
+    wait_replicas: int = 0
 
 
 _FLAGS = {"fsync_enqueue"}
+#: Options that are a count, zero allowed.
+_COUNTS = {"wait_replicas"}
 
 
 def _positive_number(alias: str, name: str, value: Any) -> float:
@@ -52,6 +55,14 @@ def _positive_number(alias: str, name: str, value: Any) -> float:
             f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a positive number of seconds or a timedelta, not {value!r}."
         )
     return float(value)
+
+
+def _count(alias: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a whole number, 0 or more, not {value!r}."
+        )
+    return value
 
 
 def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
@@ -71,6 +82,9 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
                     f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be True or False, not {value!r}."
                 )
             parsed[name] = value
+            continue
+        if name in _COUNTS:
+            parsed[name] = _count(alias, name, value)
             continue
         number = _positive_number(alias, name, value)
         if name == "batch_size":

@@ -43,6 +43,7 @@ from .channel import TelemetrySubscription, publish
 from .cluster import ClusterScripts
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .options import parse_options
+from .replication import wait_for_replicas
 from .scripts import UNREACHABLE_ERRORS, RedisScripts, translate_errors
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 
@@ -166,8 +167,8 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
 
     async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         """`enqueue` on the running event loop's own connection, without tying up a thread."""
-        if self.options.fsync_enqueue:
-            # WAITAOF must follow the write on the same connection: the thread path keeps one per thread.
+        if self.options.fsync_enqueue or self.options.wait_replicas:
+            # WAITAOF and WAIT must follow the write on the same connection: the thread path keeps one per thread.
             return await super().aenqueue(task, args, kwargs)
         self.validate_task(task)
         prepared = self._prepare(task, args, kwargs, time.time())
@@ -232,6 +233,12 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         durable_within_s = self.options.socket_timeout / 2 if self.options.fsync_enqueue else None
         entries = [p.entry for p in prepared]
         self.scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
+        if self.options.wait_replicas:
+            # As WAITAOF's, the wait ends before the client would give the connection up as lost.
+            ids = [p.id for p in prepared]
+            wait_for_replicas(
+                self.scripts, self.keys.queues(), self.options.wait_replicas, self.options.socket_timeout / 2, ids
+            )
         results = [self._new_result(task, p) for p in prepared]
         for result in results:
             task_enqueued.send(type(self), task_result=result)

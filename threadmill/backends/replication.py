@@ -1,0 +1,42 @@
+"""`wait_replicas`: an enqueue returns only once that many replicas acknowledged its write.
+
+`WAIT n timeout` counts the replicas that acknowledged every write of its own connection, so
+it goes on the connection the enqueue script ran on: the thread's one connection on a single
+server, the thread's connection to the primary owning the alias's slot on a cluster. It is a
+second round trip after the script, as `fsync_enqueue`'s `WAITAOF` is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis
+
+from ..exceptions import ReplicaWaitError
+from .cluster import ClusterScripts
+from .scripts import RedisScripts, translate_errors
+
+
+def _connection_that_wrote(scripts: RedisScripts, key: str):
+    # The same lookup the script call made: after a MOVED it names the new owner, which ran it.
+    if isinstance(scripts, ClusterScripts):
+        return scripts._connection_for(key)
+    return scripts._connection()
+
+
+@translate_errors
+def wait_for_replicas(scripts: RedisScripts, key: str, replicas: int, within_s: float, task_ids: Sequence[str]) -> None:
+    """Return once `replicas` replicas acknowledged this thread's writes to `key`'s node; ReplicaWaitError otherwise."""
+    connection = _connection_that_wrote(scripts, key)
+    try:
+        connection.send_command("WAIT", replicas, max(1, round(within_s * 1000)))
+        acknowledged = int(connection.read_response())
+    except (redis.ConnectionError, redis.TimeoutError):
+        connection.disconnect()
+        raise
+    if acknowledged < replicas:
+        raise ReplicaWaitError(
+            f"Task(s) {', '.join(task_ids)} are stored, but {acknowledged} of the {replicas} replica(s) "
+            f"wait_replicas asks for acknowledged them within {within_s:g} s: they may be lost if the primary "
+            "fails now. Give the primary that many replicas (INFO replication lists them) or lower wait_replicas."
+        )
