@@ -28,7 +28,7 @@ CLUSTER_READY_TIMEOUT_S = 30.0
 NODE_TIMEOUT_MS = 5000
 
 
-def _node(port: int) -> EmbeddedValkey:
+def _node(port: int, node_timeout_ms: int) -> EmbeddedValkey:
     data_dir = tempfile.mkdtemp(prefix="threadmill-test-cluster-")
     bus_port = free_port()
     return EmbeddedValkey(
@@ -39,7 +39,10 @@ def _node(port: int) -> EmbeddedValkey:
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-port", str(bus_port),
-            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+            "--cluster-node-timeout", str(node_timeout_ms),
+            # A replica whose primary died takes over however long ago it last heard from it:
+            # the failover test needs the promotion, not the staleness guard.
+            "--cluster-replica-validity-factor", "0",
             # A replica's first sync starts at once instead of waiting 5 s for more replicas.
             "--repl-diskless-sync-delay", "0",
         ),
@@ -58,6 +61,7 @@ class ValkeyCluster:
 
     primaries: int = 3
     replicas_per_primary: int = 0
+    node_timeout_ms: int = NODE_TIMEOUT_MS
     nodes: list[EmbeddedValkey] = field(default_factory=list)
     _flushers: list[redis.Redis] = field(default_factory=list, repr=False)
 
@@ -74,7 +78,7 @@ class ValkeyCluster:
         """Start every node, join them and wait until the cluster is up; EmbeddedServerError if it cannot."""
         try:
             for _ in range(self.primaries * (1 + self.replicas_per_primary)):
-                self.nodes.append(_node(free_port()).start())
+                self.nodes.append(_node(free_port(), self.node_timeout_ms).start())
             self._join()
             self._wait_until_ok()
             self._wait_until_replicas_synced()
@@ -135,10 +139,12 @@ class ValkeyCluster:
     def node_for(self, key: str) -> EmbeddedValkey:
         """Return the primary that owns `key`'s slot now, as the cluster itself says (CLUSTER SLOTS)."""
         slot = key_slot(key.encode())
-        with redis.Redis(port=self.nodes[0].port) as client:
-            for first, last, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
-                if first <= slot <= last:
-                    return next(node for node in self.nodes if node.port == primary[1])
+        for node in self.nodes:  # the first that answers: a failover test kills nodes
+            if node.process is None or node.process.poll() is not None:
+                continue
+            port = self._owner_seen_by(node, slot)
+            if port is not None:
+                return next(node for node in self.nodes if node.port == port)
         raise LookupError(f"No node of the cluster owns slot {slot}.")
 
     def move_slot(self, key: str, to: EmbeddedValkey, during: Callable[[], object] | None = None) -> None:
