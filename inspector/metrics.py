@@ -13,7 +13,7 @@ from django.http import HttpResponse, HttpResponseForbidden
 from django.views.decorators.http import require_GET
 
 from threadmill.api import metrics as api_metrics
-from threadmill.exceptions import BackendConnectionError
+from threadmill.exceptions import BackendConnectionError, LayoutVersionError
 
 
 def _bearer_ok(request) -> bool:
@@ -39,4 +39,6 @@ def metrics(request):
         body = api_metrics.exposition()
     except BackendConnectionError as e:
         return HttpResponse(f"Redis is unreachable: {e}\n", status=503, content_type="text/plain")
+    except LayoutVersionError as e:
+        return HttpResponse(f"{e}\n", status=503, content_type="text/plain")
     return HttpResponse(body, content_type=api_metrics.CONTENT_TYPE_LATEST)

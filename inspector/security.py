@@ -11,7 +11,7 @@ from django.http import Http404
 from django.shortcuts import render
 from django.utils.csp import CSP, build_policy
 
-from threadmill.exceptions import BackendConnectionError
+from threadmill.exceptions import BackendConnectionError, LayoutVersionError
 
 #: The console's Content-Security-Policy: no inline script or style, nothing from elsewhere.
 CONSOLE_CSP = {
@@ -47,7 +47,7 @@ def console_view(view):
             if not (user.is_active and user.is_staff):
                 raise PermissionDenied("The Threadmill console is for staff users.")
             response = view(request, *args, **kwargs)
-        except (Http404, PermissionDenied, BadRequest, BackendConnectionError) as e:
+        except (Http404, PermissionDenied, BadRequest, BackendConnectionError, LayoutVersionError) as e:
             response = error_page(request, e)
         response.headers[str(CSP.HEADER_ENFORCE)] = build_policy(CONSOLE_CSP)
         return response
@@ -67,11 +67,16 @@ def change_required(view):
     return wrapper
 
 
-_STATUS = {Http404: (404, "Not found"), PermissionDenied: (403, "Forbidden"), BadRequest: (400, "Bad request")}
+_STATUS = {
+    Http404: (404, "Not found"),
+    PermissionDenied: (403, "Forbidden"),
+    BadRequest: (400, "Bad request"),
+    LayoutVersionError: (503, "Unknown data layout"),
+}
 
 
 def error_page(request, error: Exception):
-    """Render a console error page naming the reason: 400, 403, 404, or 503 when Redis is unreachable."""
+    """Render a console error page naming the reason: 400, 403, 404, or 503 when Redis is unreachable or its data's layout unknown."""
     status, title = next(
         (pair for kind, pair in _STATUS.items() if isinstance(error, kind)), (503, "Redis is unreachable")
     )

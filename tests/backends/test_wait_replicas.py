@@ -41,7 +41,9 @@ def test_wait_replicas_goes_through_aenqueue_too(replicated_cluster):
 
 
 def test_wait_replicas_without_replicas_names_the_stored_task_and_the_fix(redis_url):
-    backend = RedisTaskBackend("default", {"REDIS_URL": redis_url, "OPTIONS": {"wait_replicas": 1, "socket_timeout": 0.4}})
+    backend = RedisTaskBackend(
+        "default", {"REDIS_URL": redis_url, "OPTIONS": {"wait_replicas": 1, "socket_timeout": 0.4}}
+    )
     with pytest.raises(ReplicaWaitError) as caught:
         backend.enqueue(echo, [1], {})
     assert isinstance(caught.value, DurableEnqueueError)

@@ -24,7 +24,9 @@ def enqueue_rate(url: str, wait_replicas: int, tasks: int) -> float:
     from tests.tasks import echo
     from threadmill.backends.redis import RedisTaskBackend
 
-    backend = RedisTaskBackend("default", {"REDIS_URL": url, "CLUSTER": True, "OPTIONS": {"wait_replicas": wait_replicas}})
+    backend = RedisTaskBackend(
+        "default", {"REDIS_URL": url, "CLUSTER": True, "OPTIONS": {"wait_replicas": wait_replicas}}
+    )
     backend.enqueue(echo, ["warm-up"], {})
     start = time.perf_counter()
     for i in range(tasks):

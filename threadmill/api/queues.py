@@ -30,13 +30,17 @@ def backend_aliases() -> list[str]:
 
 
 def get_backend(alias: str) -> RedisTaskBackend:
-    """Return the threadmill backend of `alias`; LookupError when there is none."""
+    """Return the threadmill backend of `alias`, its data layout checked (once); LookupError when there is none.
+
+    Raises LayoutVersionError when the alias's stored layout is one this code cannot read.
+    """
     try:
         backend = task_backends[alias]
     except InvalidTaskBackend:
         raise LookupError(f"No task backend is configured as {alias!r}.") from None
     if not isinstance(backend, RedisTaskBackend):
         raise LookupError(f"The task backend {alias!r} is not a threadmill backend.")  # noqa: TRY004 - a lookup, not a type check
+    backend.check_layout()
     return backend
 
 

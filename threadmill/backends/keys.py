@@ -98,6 +98,10 @@ class KeySchema:
         """Pub/sub channel of ingress, egress and worker snapshot events."""
         return f"{self.prefix}:telemetry"
 
+    def layout(self) -> str:
+        """String: the layout version of the alias's data (threadmill.backends.layout.CURRENT_LAYOUT)."""
+        return f"{self.prefix}:layout"
+
     def task_prefix(self) -> str:
         """The prefix the Lua scripts append a task id to."""
         return f"{self.prefix}:task:"

@@ -30,7 +30,7 @@ from redis.cluster import RedisCluster
 
 from ..exceptions import BackendConnectionError, ServerUnreachable, UnreadableTaskError
 from ..schedules import Schedule, parse_schedules
-from . import codec
+from . import codec, layout
 from .aio import AsyncClients
 from .base import (
     UNREADABLE_PAYLOAD_ERRORS,
@@ -120,6 +120,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         self._scripts: RedisScripts | None = None
         self._aio: AsyncClients | None = None
         self._rotation = 0
+        self._layout_checked = False
 
     # -- connection -------------------------------------------------------------------
 
@@ -503,6 +504,15 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         """Return the server's clock (every lease, heartbeat and schedule decision uses it)."""
         seconds, micros = self.client_for(self.keys.workers()).time()
         return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
+
+    def check_layout(self) -> None:
+        """Check, once per backend instance, that the alias's data layout is one this code reads; record or upgrade it.
+
+        Raises LayoutVersionError naming the stored version, this code's and what to do.
+        """
+        if not self._layout_checked:
+            translate_errors(layout.check_layout)(self.client, self.keys.layout(), self.alias)
+            self._layout_checked = True
 
     def ping(self) -> None:
         """Raise BackendConnectionError unless the server answers."""

@@ -8,7 +8,7 @@ from django.core.management.base import CommandError
 from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
-from ..exceptions import BackendConnectionError
+from ..exceptions import BackendConnectionError, LayoutVersionError
 
 
 def add_backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def add_backend_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def threadmill_backend(alias: str):
-    """Return the Threadmill backend of `alias`, reachable; CommandError naming what is wrong otherwise."""
+    """Return the Threadmill backend of `alias`, reachable, its data layout checked; CommandError naming what is wrong otherwise."""
     try:
         backend = task_backends[alias]
     except InvalidTaskBackend:
@@ -33,7 +33,8 @@ def threadmill_backend(alias: str):
         raise CommandError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")
     try:
         backend.ping()
-    except BackendConnectionError as e:
+        backend.check_layout()
+    except (BackendConnectionError, LayoutVersionError) as e:
         raise CommandError(str(e)) from None
     return backend
 
