@@ -143,3 +143,5 @@ def test_a_primary_killed_mid_drain_is_replaced_by_its_replica_and_every_task_ru
     assert ready_count() == 0
     assert sum(s.counts[Segment.SUCCESSFUL] for s in api.overview() if s.alias == "default") == TASKS
     assert pool.respawns() == []
+    # The pool lost the server and found it again without a restart, which is what the kill tested.
+    assert "The server answers again after" in pool.output, pool.output[-4000:]
