@@ -72,6 +72,22 @@ def test_get_result_of_a_finished_task_returns_its_value(backend):
     assert stored.finished_at is not None
 
 
+def test_a_result_stored_by_layout_one_is_still_read_and_requeued(backend, raw):
+    # Layout 1 kept a finished task's result in a key of its own; it is read until it expires.
+    result = enqueue(backend, add, 2, 3)
+    [leased] = backend.acquire("default", worker="w")
+    assert finish(backend, leased, 5)
+    task_key, old_key = backend.keys.task(result.id), backend.keys.result(result.id)
+    raw.set(old_key, raw.hget(task_key, "result"))
+    raw.hdel(task_key, "result")
+    assert backend.get_result(result.id).return_value == 5
+    [row] = backend.peek("default", segment=Segment.SUCCESSFUL)
+    assert row.return_value == 5
+    assert backend.requeue(result.id)
+    assert not raw.exists(old_key)
+    assert backend.get_result(result.id).status == TaskResultStatus.READY
+
+
 def test_acquire_leaves_the_payload_untouched(backend, raw):
     result = enqueue(backend, echo, {"big": "x" * 5000})
     key = f"threadmill:{{default}}:task:{result.id}"

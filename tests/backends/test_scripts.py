@@ -48,11 +48,35 @@ def test_acknowledge_refuses_a_wrong_token_and_stores_a_right_one(scripts, raw):
     scripts.acquire(["default"], 1, "w", 30, "tok")
     entries = [("id", "default", "wrong", "{}", Segment.SUCCESSFUL)]
     assert scripts.acknowledge(entries, 60, 1) == [0]
-    assert raw.get("threadmill:{default}:result:id") is None
+    assert raw.hget(T + "id", "result") is None
     assert scripts.acknowledge([("id", "default", "tok:1", '{"r":1}', Segment.SUCCESSFUL)], 60, 1) == [1]
-    assert raw.get("threadmill:{default}:result:id") == b'{"r":1}'
+    assert raw.hmget(T + "id", "result", "segment", "lease_token", "lease_worker") == [
+        b'{"r":1}', b"successful", None, None
+    ]  # fmt: skip
+    assert 0 < raw.ttl(T + "id") <= 60
+    assert raw.keys("threadmill:{default}:result:*") == []
     assert raw.zrange(Q + "successful", 0, -1) == [b"id"]
+    assert raw.zcard(Q + "running") == 0
     assert raw.get(Q + "egress:1") == b"1"
+
+
+def test_acknowledge_moves_a_batch_over_both_finished_segments_and_refuses_a_repeat(scripts, raw):
+    for i in range(4):
+        scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)
+    scripts.acquire(["default"], 4, "w", 30, "tok")
+    entries = [
+        ("id-0", "default", "tok:1", "r0", Segment.SUCCESSFUL),
+        ("id-1", "default", "tok:2", "r1", Segment.FAILED),
+        ("id-2", "default", "tok:3", "r2", Segment.SUCCESSFUL),
+        ("id-2", "default", "tok:3", "again", Segment.SUCCESSFUL),
+    ]
+    assert scripts.acknowledge(entries, 60, 1) == [1, 1, 1, 0]
+    assert raw.zrange(Q + "successful", 0, -1) == [b"id-0", b"id-2"]
+    assert raw.zrange(Q + "failed", 0, -1) == [b"id-1"]
+    assert raw.zrange(Q + "running", 0, -1) == [b"id-3"]
+    assert raw.hget(T + "id-2", "result") == b"r2"
+    assert raw.get(Q + "failed:1") == b"1"
+    assert raw.hmget(Q + "totals", "finished", "failed") == [b"3", b"1"]
 
 
 def test_requeue_moves_from_any_segment_and_keeps_the_priority_band(scripts, raw):

@@ -1,6 +1,6 @@
-"""Run the benchmarks: `python -m tests.benchmarks [backend] [drain] [idle] [deferred] [enqueue] [faults] [charts]`.
+"""Run the benchmarks: `python -m tests.benchmarks [backend] [drain] [idle] [deferred] [enqueue] [faults] [cluster] [charts]`.
 
-With no name it runs every benchmark but `faults`, then renders the charts. `charts` alone
+With no name it runs every benchmark but `faults` and `cluster`, then renders the charts. `charts` alone
 re-renders the charts from the JSON results without measuring anything.
 """
 
@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import signal
 
-BENCHMARKS = ("backend", "drain", "idle", "deferred", "enqueue", "faults")
-#: What runs when no benchmark is named; the fault table takes minutes of real outages, so only on request.
+BENCHMARKS = ("backend", "drain", "idle", "deferred", "enqueue", "faults", "cluster")
+#: What runs when no benchmark is named; the fault table takes minutes of real outages and the
+#: cluster drain starts a cluster of its own, so both only on request.
 DEFAULT_BENCHMARKS = ("backend", "drain", "idle", "deferred", "enqueue", "charts")
 #: Peers each benchmark knows; --peers picks among them and each benchmark takes the ones it knows.
 KNOWN_PEERS = {
@@ -117,6 +118,10 @@ def main() -> None:
             batch=args.batch,
             peer_names=peers_for("enqueue", args.peers),
         )
+    if "cluster" in args.benchmarks:
+        from . import cluster
+
+        cluster.run(depth=args.tasks or 20_000, repeats=args.repeats or 3)
     if "faults" in args.benchmarks:
         from . import faults
 

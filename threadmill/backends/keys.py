@@ -22,6 +22,7 @@ TASK_FIELDS = (
     "lease_started_at",
     "lease_token",
     "read_error",
+    "result",
 )
 #: Seconds a per-minute counter outlives its minute: the console charts the last 24 hours.
 #: Each queue keeps at most 4 counters a minute (in, out, failed, latency), about 5,800 keys.

@@ -268,18 +268,20 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         pipe = self.client.pipeline(transaction=False)
         pipe.hmget(self.keys.task(result_id), TASK_FIELDS)
         pipe.get(self.keys.result(result_id))
-        fields, stored_result = pipe.execute()
-        return self._stored_result(result_id, fields, stored_result)
+        fields, old_layout_result = pipe.execute()
+        return self._stored_result(result_id, fields, old_layout_result)
 
     async def aget_result(self, result_id: str) -> ThreadmillTaskResult:
         """`get_result` on the running event loop's own connection, without a thread."""
-        fields, stored_result = await self.aio.read_task(
+        fields, old_layout_result = await self.aio.read_task(
             self.keys.task(result_id), self.keys.result(result_id), TASK_FIELDS
         )
-        return self._stored_result(result_id, fields, stored_result)
+        return self._stored_result(result_id, fields, old_layout_result)
 
-    def _stored_result(self, result_id: str, fields: list, stored_result: bytes | None) -> ThreadmillTaskResult:
-        data, _, segment, started_at, worker, lease_started, token, read_error = fields
+    def _stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult:
+        # A result lives in the task hash; layout 1 kept it in a key of its own, read until it expires.
+        data, _, segment, started_at, worker, lease_started, token, read_error, stored_result = fields
+        stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {result_id!r} is stored.")
         segment = Segment(segment.decode())

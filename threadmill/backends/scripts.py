@@ -291,13 +291,8 @@ class RedisScripts:
             int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), self.sharded_flag, len(queues), *queues
         ]  # fmt: skip
         for task_id, queue_name, token, document, segment in entries:
-            keys += [
-                k.task(task_id),
-                k.result(task_id),
-                k.segment(queue_name, Segment.RUNNING),
-                k.segment(queue_name, segment),
-            ]
-            args += [token, document, segment.value, index[queue_name]]
+            keys += [k.task(task_id), k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, segment)]
+            args += [task_id, token, document, segment.value, index[queue_name]]
         return self._run(self._acknowledge, keys=keys, args=args)
 
     @translate_errors

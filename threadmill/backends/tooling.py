@@ -455,7 +455,7 @@ class RedisTooling:
         `fields` are the task hash's TASK_FIELDS. An unreadable payload is kept as it is
         (the caller sends "") and the abandoned attempt is only logged.
         """
-        data, _, _, started_at, worker, lease_started, token, _ = fields
+        data, _, _, started_at, worker, lease_started, token, _, _ = fields
         worker_name = codec.text(worker)
         try:
             result = codec.decode(
@@ -500,7 +500,9 @@ class RedisTooling:
         pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
         pipe.get(self.keys.result(task_id))
         pipe.zscore(self.keys.segment(queue_name, segment), task_id)
-        (data, _, _, started_at, worker, lease_started, token, read_error), stored_result, score = pipe.execute()
+        fields, old_layout_result, score = pipe.execute()
+        data, _, _, started_at, worker, lease_started, token, read_error, stored_result = fields
+        stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
         row = [task_id.encode(), data, stored_result, started_at, worker, lease_started, token, read_error, score]

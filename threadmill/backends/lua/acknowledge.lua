@@ -1,25 +1,28 @@
 -- acknowledge: store the outcome of leased tasks and release their leases, fenced per task.
 -- A task whose lease_token no longer matches (its lease expired and it was leased again,
--- or it was requeued) is left untouched and reported as refused. Per queue it counts the
--- tasks out this minute (and the failed ones), for the console's history, and adds them to
--- the queue's totals, for metrics.
+-- or it was requeued) is left untouched and reported as refused. The result document goes
+-- into the task hash (field `result`), which expires with it. The segment moves are batched:
+-- one ZREM and one ZADD per segment a call, not per task, since every command a script runs
+-- costs the server about a microsecond of bridging on top of its own work. Per queue it
+-- counts the tasks out this minute (and the failed ones), for the console's history, and
+-- adds them to the queue's totals, for metrics.
 -- KEYS[3j-2] (string) this minute's egress counter of queue j (1 <= j <= m)
 -- KEYS[3j-1] (string) this minute's failed counter of queue j
 -- KEYS[3j]   (hash)   queue j's totals: enqueued, finished, failed
--- KEYS[3m+4i-3] (hash)   task i
--- KEYS[3m+4i-2] (string) task i's result document
--- KEYS[3m+4i-1] (zset)   task i's running segment
--- KEYS[3m+4i]   (zset)   task i's finished segment (successful or failed; score: finish time)
+-- KEYS[3m+3i-2] (hash) task i
+-- KEYS[3m+3i-1] (zset) task i's running segment
+-- KEYS[3m+3i]   (zset) task i's finished segment (successful or failed; score: finish time)
 -- ARGV[1] (number) result time to live, seconds (also trims the finished segment)
 -- ARGV[2] (number) seconds a per-minute counter lives
 -- ARGV[3] (string) telemetry channel
 -- ARGV[4] (string) "1" to publish with SPUBLISH (a cluster's sharded pub/sub), "0" with PUBLISH
 -- ARGV[5] (number) m, the number of queues
 -- ARGV[5+j] (string) queue j's name
--- ARGV[5+m+4i-3] (string) task i's lease token
--- ARGV[5+m+4i-2] (string) task i's finished document
--- ARGV[5+m+4i-1] (string) task i's finished segment name, "successful" or "failed"
--- ARGV[5+m+4i]   (number) task i's queue, j
+-- ARGV[5+m+5i-4] (string) task i's id
+-- ARGV[5+m+5i-3] (string) task i's lease token
+-- ARGV[5+m+5i-2] (string) task i's finished document
+-- ARGV[5+m+5i-1] (string) task i's finished segment name, "successful" or "failed"
+-- ARGV[5+m+5i]   (number) task i's queue, j
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
 local ttl = tonumber(ARGV[1])
 local m = tonumber(ARGV[5])
@@ -27,36 +30,49 @@ local publish = ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH'
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local accepted = {}
-local trimmed = {}
+local leaving = {}   -- running segment key -> ids
+local arriving = {}  -- finished segment key -> {score, id, score, id, ...}
 local out = {}
 local failed = {}
 for j = 1, m do
   out[j], failed[j] = 0, 0
 end
-local n = (#KEYS - 3 * m) / 4
+local n = (#KEYS - 3 * m) / 3
 for i = 1, n do
-  local k, a = 3 * m + 4 * i - 4, 5 + m + 4 * i - 4
-  local task = KEYS[k + 1]
-  if redis.call('HGET', task, 'lease_token') == ARGV[a + 1] then
-    local id = string.match(task, ':task:(.+)$')
-    redis.call('SET', KEYS[k + 2], ARGV[a + 2], 'EX', ttl)
-    redis.call('HSET', task, 'segment', ARGV[a + 3])
+  local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
+  local task, id = KEYS[k + 1], ARGV[a + 1]
+  if redis.call('HGET', task, 'lease_token') == ARGV[a + 2] then
+    redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3])
     redis.call('HDEL', task, 'lease_worker', 'lease_token', 'lease_started_at')
     redis.call('EXPIRE', task, ttl)
-    redis.call('ZREM', KEYS[k + 3], id)
-    redis.call('ZADD', KEYS[k + 4], now, id)
-    local j = tonumber(ARGV[a + 4])
+    local running, finished = KEYS[k + 2], KEYS[k + 3]
+    leaving[running] = leaving[running] or {}
+    table.insert(leaving[running], id)
+    arriving[finished] = arriving[finished] or {}
+    table.insert(arriving[finished], now)
+    table.insert(arriving[finished], id)
+    local j = tonumber(ARGV[a + 5])
     out[j] = out[j] + 1
-    if ARGV[a + 3] == 'failed' then
+    if ARGV[a + 4] == 'failed' then
       failed[j] = failed[j] + 1
     end
-    trimmed[KEYS[k + 4]] = true
     accepted[i] = 1
   else
     accepted[i] = 0
   end
 end
-for finished in pairs(trimmed) do
+-- unpack() puts every element on Lua's stack, which is bounded: send long lists in chunks.
+local CHUNK = 500
+local function batched(command, key, items)
+  for first = 1, #items, CHUNK do
+    redis.call(command, key, unpack(items, first, math.min(first + CHUNK - 1, #items)))
+  end
+end
+for running, ids in pairs(leaving) do
+  batched('ZREM', running, ids)
+end
+for finished, pairs_ in pairs(arriving) do
+  batched('ZADD', finished, pairs_)
   redis.call('ZREMRANGEBYSCORE', finished, '-inf', '(' .. (now - ttl))
 end
 local function count(key, by)

@@ -12,6 +12,8 @@
 -- ARGV[4] (number) lease time to live, seconds
 -- ARGV[5] (string) fencing token base; each lease's token is base .. ':' .. i, unique per lease
 -- ARGV[6..5+n] (string) the queue names, in KEYS order
+-- The running segments are written once per queue a call (one ZADD of every lease), not once
+-- per task: each command a script runs costs the server bridging on top of its own work.
 -- Returns: {server_seconds, server_microseconds, id1, data1, started_at1, token1, queue_index1, id2, ...}
 local n = tonumber(ARGV[1])
 local count = tonumber(ARGV[2])
@@ -25,6 +27,8 @@ local now_text = string.format('%.6f', now)
 local deadline = now + ttl
 local out = {time[1], time[2]}
 local leased = 0
+local deadline_text = string.format('%.6f', deadline)
+local running = {}  -- queue index -> {deadline, id, deadline, id, ...}
 
 local function lease(id, q)
   local key = prefix .. id
@@ -43,12 +47,28 @@ local function lease(id, q)
     redis.call('HSET', key, 'segment', 'running', 'lease_worker', worker, 'lease_started_at', now_text,
       'lease_token', token)
   end
-  redis.call('ZADD', KEYS[n + q], deadline, id)
+  local leases = running[q]
+  if not leases then
+    leases = {}
+    running[q] = leases
+  end
+  leases[#leases + 1] = deadline_text
+  leases[#leases + 1] = id
   out[#out + 1] = id
   out[#out + 1] = fields[1]
   out[#out + 1] = started
   out[#out + 1] = token
   out[#out + 1] = q
+end
+
+-- unpack() puts every element on Lua's stack, which is bounded: long lists go in chunks.
+local CHUNK = 500
+local function record_leases()
+  for q, leases in pairs(running) do
+    for first = 1, #leases, CHUNK do
+      redis.call('ZADD', KEYS[n + q], unpack(leases, first, math.min(first + CHUNK - 1, #leases)))
+    end
+  end
 end
 
 local paused = redis.call('HMGET', KEYS[3 * n + 2], unpack(ARGV, 6, 5 + n))
@@ -72,6 +92,7 @@ if n == 1 then
   for i = 1, #popped, 2 do
     lease(popped[i], 1)
   end
+  record_leases()
   if #popped == 2 * count then
     pass_the_token_on()
   end
@@ -99,6 +120,7 @@ while leased < count and remaining > 0 do
     end
   end
 end
+record_leases()
 if remaining > 0 then
   pass_the_token_on()
 end

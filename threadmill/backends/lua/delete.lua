@@ -2,7 +2,7 @@
 -- A task that moved to another segment (or queue) since the caller saw it is left alone, so
 -- a console acting on a stale page never deletes a task it did not show.
 -- KEYS[1] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
--- KEYS[2] (prefix) result prefix; a result's key is this plus its id (same hash tag)
+-- KEYS[2] (prefix) result prefix of an older layout (1); today a result lives in its task hash
 -- KEYS[3] (zset)   the segment the tasks must still be in
 -- ARGV[1] (string) the queue's name
 -- ARGV[2] (string) the segment's name

@@ -1,7 +1,7 @@
 -- peek: read one page of a segment and the segment's size in one round trip.
 -- KEYS[1] (zset)   the segment
 -- KEYS[2] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
--- KEYS[3] (prefix) result prefix
+-- KEYS[3] (prefix) result prefix of an older layout (1), read where the hash has no `result` field
 -- ARGV[1] (number) offset
 -- ARGV[2] (number) count
 -- ARGV[3] (string) "1" for newest first (highest score first)
@@ -21,10 +21,10 @@ local out = {total, time[1] .. '.' .. string.format('%06d', tonumber(time[2]))}
 for i = 1, #ids, 2 do
   local id = ids[i]
   local f = redis.call('HMGET', KEYS[2] .. id, 'data', 'started_at', 'lease_worker', 'lease_started_at',
-    'lease_token', 'read_error')
+    'lease_token', 'read_error', 'result')
   out[#out + 1] = id
   out[#out + 1] = f[1]
-  out[#out + 1] = redis.call('GET', KEYS[3] .. id)
+  out[#out + 1] = f[7] or redis.call('GET', KEYS[3] .. id)
   out[#out + 1] = f[2]
   out[#out + 1] = f[3]
   out[#out + 1] = f[4]

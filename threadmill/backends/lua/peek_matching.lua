@@ -3,7 +3,7 @@
 -- segment so a filter over a huge segment stays bounded; the reply says if it stopped short.
 -- KEYS[1] (zset)   the segment
 -- KEYS[2] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
--- KEYS[3] (prefix) result prefix
+-- KEYS[3] (prefix) result prefix of an older layout (1), read where the hash has no `result` field
 -- ARGV[1] (number) offset among the matching tasks
 -- ARGV[2] (number) count
 -- ARGV[3] (string) "1" for newest first (highest score first)
@@ -47,8 +47,8 @@ while scanned < total and scanned < limit do
   for i = 1, #ids, 2 do
     local id = ids[i]
     local f = redis.call('HMGET', KEYS[2] .. id, 'data', 'started_at', 'lease_worker', 'lease_started_at',
-      'lease_token', 'read_error')
-    local result = redis.call('GET', KEYS[3] .. id)
+      'lease_token', 'read_error', 'result')
+    local result = f[7] or redis.call('GET', KEYS[3] .. id)
     local text = (result or f[1] or '') .. '\n' .. (f[6] or '')
     if matches(text) then
       matched = matched + 1

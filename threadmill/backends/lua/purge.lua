@@ -2,7 +2,7 @@
 -- Called repeatedly until it returns 0, so a huge segment never blocks the server.
 -- KEYS[1] (zset)   the segment
 -- KEYS[2] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
--- KEYS[3] (prefix) result prefix; a result's key is this plus its id (same hash tag)
+-- KEYS[3] (prefix) result prefix of an older layout (1); today a result lives in its task hash
 -- ARGV[1] (number) batch size
 -- ARGV[2] (string) the segment's name; a task hash naming another segment is not deleted
 -- Returns: the number of ids removed from the segment in this batch

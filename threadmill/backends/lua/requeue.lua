@@ -4,7 +4,8 @@
 -- document (which carries its errors and worker ids) becomes the payload, and any other
 -- payload is kept exactly as stored, so an unreadable task is requeued without parsing it.
 -- KEYS[1] (hash)   the task
--- KEYS[2] (string) the task's result document
+-- KEYS[2] (string) the task's result document as an older layout stored it (layout 1); today
+--                  the result is the task hash's `result` field
 -- KEYS[3..8] (zset) the task's queue segments: ready, deferred, running, successful, failed, unreadable
 -- KEYS[9]  (list)   the queue's wake list: one token wakes an idle worker for a task made ready
 -- ARGV[1] (string) task id
@@ -14,7 +15,7 @@
 -- ARGV[5] (string) new payload, or "" to keep the stored one
 -- Returns: 1 requeued; 0 no such task, or already ready; -1 the fence refused it
 local segments = {ready = 3, deferred = 4, running = 5, successful = 6, failed = 7, unreadable = 8}
-local fields = redis.call('HMGET', KEYS[1], 'segment', 'score', 'lease_token')
+local fields = redis.call('HMGET', KEYS[1], 'segment', 'score', 'lease_token', 'result')
 local current = fields[1]
 if not current or current == 'ready' then
   return 0
@@ -25,7 +26,7 @@ end
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'data', ARGV[5])
 else
-  local result = redis.call('GET', KEYS[2])
+  local result = fields[4] or redis.call('GET', KEYS[2])
   if result then
     redis.call('HSET', KEYS[1], 'data', result)
   end
@@ -39,7 +40,7 @@ local score = band + now_ms
 redis.call('ZREM', KEYS[segments[current]], ARGV[1])
 redis.call('DEL', KEYS[2])
 redis.call('PERSIST', KEYS[1])
-redis.call('HDEL', KEYS[1], 'lease_worker', 'lease_token', 'lease_started_at', 'read_error')
+redis.call('HDEL', KEYS[1], 'lease_worker', 'lease_token', 'lease_started_at', 'read_error', 'result')
 redis.call('HSET', KEYS[1], 'segment', ARGV[2], 'score', string.format('%.0f', score))
 if ARGV[2] == 'deferred' then
   redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])

@@ -7,7 +7,7 @@
 -- lease is overdue or its worker's heartbeat is older than the worker timeout (a worker with
 -- no heartbeat counts as alive), so a task a live worker runs is never started twice.
 -- KEYS[1] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
--- KEYS[2] (prefix) result prefix; a result's key is this plus its id (same hash tag)
+-- KEYS[2] (prefix) result prefix of an older layout (1), read where the hash has no `result` field
 -- KEYS[3] (zset)   the queue's ready segment
 -- KEYS[4] (zset)   the source segment (deferred, running, successful, failed or unreadable)
 -- KEYS[5] (zset)   worker names by last heartbeat, server epoch seconds
@@ -36,8 +36,8 @@ local function matches(key, id)
   if k == 0 then
     return true
   end
-  local f = redis.call('HMGET', key, 'data', 'read_error')
-  local text = (redis.call('GET', KEYS[2] .. id) or f[1] or '') .. '\n' .. (f[2] or '')
+  local f = redis.call('HMGET', key, 'data', 'read_error', 'result')
+  local text = (f[3] or redis.call('GET', KEYS[2] .. id) or f[1] or '') .. '\n' .. (f[2] or '')
   for i = 5, 4 + k do
     if not string.find(text, ARGV[i], 1, true) then
       return false
@@ -68,7 +68,7 @@ for i = 5 + k, #ARGV, 3 do
       if document ~= '' then
         redis.call('HSET', key, 'data', document)
       else
-        local result = redis.call('GET', KEYS[2] .. id)
+        local result = redis.call('HGET', key, 'result') or redis.call('GET', KEYS[2] .. id)
         if result then
           redis.call('HSET', key, 'data', result)
         end
@@ -78,7 +78,7 @@ for i = 5 + k, #ARGV, 3 do
       redis.call('ZREM', KEYS[4], id)
       redis.call('DEL', KEYS[2] .. id)
       redis.call('PERSIST', key)
-      redis.call('HDEL', key, 'lease_worker', 'lease_token', 'lease_started_at', 'read_error')
+      redis.call('HDEL', key, 'lease_worker', 'lease_token', 'lease_started_at', 'read_error', 'result')
       redis.call('HSET', key, 'segment', 'ready', 'score', score)
       redis.call('ZADD', KEYS[3], score, id)
       moved[#moved + 1] = id
