@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.tasks import TaskResultStatus
 
+from tests.backends.conftest import finish
 from tests.layouts import LAYOUT, refusal
 from tests.tasks import echo
 from threadmill.backends.layout import CURRENT_LAYOUT
@@ -24,13 +26,27 @@ def test_a_new_alias_records_the_current_layout(fresh):
     assert raw.get(LAYOUT) == b"2"
 
 
-def test_an_alias_with_data_and_no_layout_is_version_1_and_is_upgraded_in_place(fresh):
+def test_an_alias_with_version_1_data_and_no_layout_is_upgraded_in_place_and_its_results_still_read(fresh):
     backend, raw = fresh
-    enqueued = backend.enqueue(echo, ["before"], {})
-    assert raw.get(LAYOUT) is None  # enqueue does not check: version 1 data looks like this
+    waiting = backend.enqueue(echo, ["waiting"], {})
+    done = backend.enqueue(echo, ["done"], {})
+    [leased] = backend.acquire("default", worker="w:1")
+    assert leased.id == waiting.id
+    assert finish(backend, leased, "the return value")
+    # Layout 1 kept the finished task's document in a key of its own, not in the task hash.
+    task_key, result_key = f"threadmill:{{default}}:task:{leased.id}", f"threadmill:{{default}}:result:{leased.id}"
+    document = raw.hget(task_key, "result")
+    raw.hdel(task_key, "result")
+    raw.set(result_key, document, ex=60)
+    assert raw.get(LAYOUT) is None  # enqueue and acknowledge do not check: layout 1 data looks like this
+
     backend.check_layout()
+
     assert raw.get(LAYOUT) == b"2"
-    assert backend.get_result(enqueued.id).args == ["before"]
+    assert raw.get(result_key) == document  # nothing moved
+    finished = backend.get_result(leased.id)
+    assert (finished.status, finished.return_value) == (TaskResultStatus.SUCCESSFUL, "the return value")
+    assert backend.get_result(done.id).args == ["done"]
 
 
 def test_a_stored_version_1_is_upgraded_to_2(fresh):
