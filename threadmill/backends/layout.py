@@ -7,7 +7,8 @@ no data, it only records 2. An alias that has no version is new or was written b
 code, and both are recorded as 2.
 
 One command decides: `SET <layout key> <ours> NX GET` records this code's version where none
-is stored and returns any stored one, atomically, so two processes starting at once agree. A
+is stored and returns any stored one, atomically, so two processes starting at once agree
+(`NX` with `GET` needs Redis 7.0 or later, or any Valkey). A
 stored version this code migrates from is then overwritten with a plain SET (no release
 stores 1, so only an operator's hand puts it there). A newer or unknown one is refused.
 """
