@@ -25,10 +25,10 @@ class DurableEnqueueError(ThreadmillError):
 
 
 class ReplicaWaitError(DurableEnqueueError):
-    """Raised when `wait_replicas` is set and fewer replicas than that acknowledged an enqueue within the wait.
+    """Raised when `wait_replicas` is set and fewer replicas than that confirmed an enqueue within the wait.
 
     The task is stored on the primary; the message names its id, how many replicas
-    acknowledged it and the fix.
+    confirmed it and the fix.
     """
 
 

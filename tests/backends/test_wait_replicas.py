@@ -1,4 +1,4 @@
-"""`wait_replicas`: enqueue returns only once that many replicas acknowledged the task."""
+"""`wait_replicas`: enqueue returns only once that many replicas confirmed they have the task."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_wait_replicas_without_replicas_names_the_stored_task_and_the_fix(redis_
     assert isinstance(caught.value, DurableEnqueueError)
     [task_id] = [t.decode() for t in redis.Redis.from_url(redis_url).zrange(READY, 0, -1)]
     assert str(caught.value) == (
-        f"Task(s) {task_id} are stored, but 0 of the 1 replica(s) wait_replicas asks for acknowledged them "
+        f"Task(s) {task_id} are stored, but 0 of the 1 replica(s) wait_replicas asks for confirmed them "
         "within 0.2 s: they may be lost if the primary fails now. Give the primary that many replicas "
         "(INFO replication lists them) or lower wait_replicas."
     )

@@ -1,6 +1,6 @@
-"""`wait_replicas`: an enqueue returns only once that many replicas acknowledged its write.
+"""`wait_replicas`: an enqueue returns only once that many replicas confirmed they have its write.
 
-`WAIT n timeout` counts the replicas that acknowledged every write of its own connection, so
+`WAIT n timeout` counts the replicas that confirmed every write of its own connection, so
 it goes on the connection the enqueue script ran on: the thread's one connection on a single
 server, the thread's connection to the primary owning the alias's slot on a cluster. It is a
 second round trip after the script, as `fsync_enqueue`'s `WAITAOF` is.
@@ -26,17 +26,17 @@ def _connection_that_wrote(scripts: RedisScripts, key: str):
 
 @translate_errors
 def wait_for_replicas(scripts: RedisScripts, key: str, replicas: int, within_s: float, task_ids: Sequence[str]) -> None:
-    """Return once `replicas` replicas acknowledged this thread's writes to `key`'s node; ReplicaWaitError otherwise."""
+    """Return once `replicas` replicas confirmed this thread's writes to `key`'s node; ReplicaWaitError otherwise."""
     connection = _connection_that_wrote(scripts, key)
     try:
         connection.send_command("WAIT", replicas, max(1, round(within_s * 1000)))
-        acknowledged = int(connection.read_response())
+        confirmed = int(connection.read_response())
     except (redis.ConnectionError, redis.TimeoutError):
         connection.disconnect()
         raise
-    if acknowledged < replicas:
+    if confirmed < replicas:
         raise ReplicaWaitError(
-            f"Task(s) {', '.join(task_ids)} are stored, but {acknowledged} of the {replicas} replica(s) "
-            f"wait_replicas asks for acknowledged them within {within_s:g} s: they may be lost if the primary "
+            f"Task(s) {', '.join(task_ids)} are stored, but {confirmed} of the {replicas} replica(s) "
+            f"wait_replicas asks for confirmed them within {within_s:g} s: they may be lost if the primary "
             "fails now. Give the primary that many replicas (INFO replication lists them) or lower wait_replicas."
         )
