@@ -7,7 +7,6 @@ enqueues the `echo` task through `RedisTaskBackend`; the median of the repeats i
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import tempfile
@@ -16,6 +15,7 @@ import time
 from threadmill.embedded import EmbeddedValkey, free_port
 
 from .backend import setup_django
+from .report import enqueue_cost_args
 
 #: (appendfsync, fsync_enqueue) pairs measured, in the order printed.
 CASES = [("everysec", False), ("everysec", True), ("always", False), ("always", True)]
@@ -51,10 +51,7 @@ def run(tasks: int, repeats: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.fsync", description=__doc__)
-    parser.add_argument("--tasks", type=int, default=5_000, help="tasks per measurement (default 5,000)")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats per figure; the median is reported")
-    args = parser.parse_args()
+    args = enqueue_cost_args("python -m tests.benchmarks.fsync", __doc__)
     setup_django("redis://127.0.0.1:1/0")
     run(args.tasks, args.repeats)
 

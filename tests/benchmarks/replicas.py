@@ -7,13 +7,13 @@ task through `RedisTaskBackend` with `CLUSTER` on, and the median of the repeats
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 from tests.cluster import ValkeyCluster
 
 from .backend import setup_django
+from .report import enqueue_cost_args
 
 #: wait_replicas values measured, in the order printed.
 CASES = [0, 1]
@@ -51,10 +51,7 @@ def run(tasks: int, repeats: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.replicas", description=__doc__)
-    parser.add_argument("--tasks", type=int, default=5_000, help="tasks per measurement (default 5,000)")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats per figure; the median is reported")
-    args = parser.parse_args()
+    args = enqueue_cost_args("python -m tests.benchmarks.replicas", __doc__)
     setup_django("redis://127.0.0.1:1/0")
     run(args.tasks, args.repeats)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -60,3 +61,11 @@ def print_table(title: str, header: list[str], rows: list[list[Any]]) -> None:
         print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
         if index == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def enqueue_cost_args(prog: str, description: str | None) -> argparse.Namespace:
+    """Parse `--tasks` and `--repeats` for a small enqueue-cost benchmark (fsync, replicas)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--tasks", type=int, default=5_000, help="tasks per measurement (default 5,000)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats per figure; the median is reported")
+    return parser.parse_args()
