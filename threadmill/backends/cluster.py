@@ -49,6 +49,10 @@ class ClusterScripts(RedisScripts):
             local.pid = os.getpid()
         return local.by_node
 
+    def connection_for(self, key: str):
+        """Return this thread's connection to the primary owning `key`'s slot, as the slot map names it now."""
+        return self._connection_for(key)
+
     def _connection_for(self, key: str):
         node = self.client.nodes_manager.get_node_from_slot(key_slot(key.encode()))
         return self._node_connection(node)

@@ -13,21 +13,14 @@ from collections.abc import Sequence
 import redis
 
 from ..exceptions import ReplicaWaitError
-from .cluster import ClusterScripts
 from .scripts import RedisScripts, translate_errors
-
-
-def _connection_that_wrote(scripts: RedisScripts, key: str):
-    # The same lookup the script call made: after a MOVED it names the new owner, which ran it.
-    if isinstance(scripts, ClusterScripts):
-        return scripts._connection_for(key)
-    return scripts._connection()
 
 
 @translate_errors
 def wait_for_replicas(scripts: RedisScripts, key: str, replicas: int, within_s: float, task_ids: Sequence[str]) -> None:
     """Return once `replicas` replicas confirmed this thread's writes to `key`'s node; ReplicaWaitError otherwise."""
-    connection = _connection_that_wrote(scripts, key)
+    # The same lookup the script call made: after a MOVED it names the new owner, which ran it.
+    connection = scripts.connection_for(key)
     try:
         connection.send_command("WAIT", replicas, max(1, round(within_s * 1000)))
         confirmed = int(connection.read_response())

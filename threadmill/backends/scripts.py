@@ -139,6 +139,10 @@ class RedisScripts:
         self._live_leases = register(_source("live_leases"))
         self._scan = register(_source("scan"))
 
+    def connection_for(self, key: str):
+        """Return this thread's connection that a script over `key` runs on (a follow-up such as WAIT goes there too)."""
+        return self._connection()
+
     def _connection(self):
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
