@@ -64,6 +64,9 @@ class WorkerSnapshot:
         return None if self.started_at is None else max(0.0, now - self.started_at)
 
 
+#: First and longest pause before the hub subscribes again after losing its subscription, seconds.
+RETRY_FIRST_PAUSE_S = 1.0
+RETRY_MAX_PAUSE_S = 5.0
 #: Largest magnitude a snapshot's number may have; anything past it is read as missing.
 MAX_TELEMETRY_NUMBER = 2**63
 
@@ -125,6 +128,8 @@ class TelemetryHub:
         self.started_at = 0.0
         #: Counts the changes heard so far; a render made at one generation is current until the next.
         self.generation = 0
+        #: Counts the times the subscription was lost (or could not be made) and retried.
+        self.losses = 0
 
     def start(self) -> TelemetryHub:
         """Start the subscribing thread once; later calls do nothing."""
@@ -201,12 +206,24 @@ class TelemetryHub:
                 logger.exception("A telemetry listener failed.")
 
     def _run(self) -> None:
+        # The retry pause doubles up to RETRY_MAX_PAUSE_S and one cause is logged once as a
+        # warning, not every second for as long as a server is down or refused.
+        pause, last_problem = RETRY_FIRST_PAUSE_S, None
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 self._listen()
             except Exception as e:  # noqa: BLE001 - a lost server must not end the hub; it retries
-                logger.warning("Telemetry subscription lost (%s: %s); retrying in 1 s.", type(e).__name__, e)
-            self._stop.wait(1.0)
+                self.losses += 1
+                problem = f"{type(e).__name__}: {e}"
+                log = logger.debug if problem == last_problem else logger.warning
+                log("Telemetry subscription lost (%s); retrying in %g s.", problem, pause)
+                last_problem = problem
+            if time.monotonic() - started > RETRY_MAX_PAUSE_S:
+                # It listened a while: the next loss starts short again and is worth a warning.
+                pause, last_problem = RETRY_FIRST_PAUSE_S, None
+            self._stop.wait(pause)
+            pause = min(pause * 2, RETRY_MAX_PAUSE_S)
 
     def _listen(self) -> None:
         from . import backend_aliases, get_backend
