@@ -59,7 +59,7 @@ end
 for i = 5 + k, #ARGV, 3 do
   local id, token, document = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local key = KEYS[1] .. id
-  local f = redis.call('HMGET', key, 'segment', 'score', 'lease_token', 'lease_worker')
+  local f = redis.call('HMGET', key, 'segment', 'score', 'lease_token', 'lease_worker', 'result')
   -- In this queue's segment, not merely a segment of that name: a task is in one queue only.
   if f[1] == source and redis.call('ZSCORE', KEYS[4], id) and matches(key, id) then
     if source == 'running' and (token == '' or f[3] ~= token) then
@@ -68,7 +68,7 @@ for i = 5 + k, #ARGV, 3 do
       if document ~= '' then
         redis.call('HSET', key, 'data', document)
       else
-        local result = redis.call('HGET', key, 'result') or redis.call('GET', KEYS[2] .. id)
+        local result = f[5] or redis.call('GET', KEYS[2] .. id)
         if result then
           redis.call('HSET', key, 'data', result)
         end
