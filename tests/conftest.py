@@ -13,13 +13,17 @@ import os
 
 import pytest
 
-from tests.servers import SERVER_NAMES, ServerUnderTest, start_server_under_test
+from tests.servers import PARTITIONS, SERVER_NAMES, ServerUnderTest, start_server_under_test
 from threadmill.exceptions import EmbeddedServerError
 
 _servers: dict[str, ServerUnderTest] = {}
 
 
 def _server(name: str) -> ServerUnderTest:
+    if name in PARTITIONS:
+        # The same servers as the kind it names, its backends configured with partitions.
+        base = _server(name.rsplit("-p", 1)[0])
+        return ServerUnderTest(name, base.server, partitions=PARTITIONS[name])
     if name not in _servers:
         try:
             _servers[name] = start_server_under_test(name)
@@ -86,3 +90,23 @@ def clean_servers():
 
     for backend in task_backends.all(initialized_only=True):
         backend._rotation = 0
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the partitioned server kind only where a test reads the backend, not raw keys.
+
+    A test that asserts on raw keys (the `raw` fixture, or `single_partition` marked: one that
+    depends on exact FIFO across a queue) names partition 0's keys, so it is collected for the
+    other kinds only; the partitioned behaviour has tests of its own (test_partitions.py).
+    """
+    keep, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        kind = callspec.params.get("server") if callspec else None
+        if kind in PARTITIONS and ("raw" in item.fixturenames or item.get_closest_marker("single_partition")):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

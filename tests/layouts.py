@@ -11,9 +11,9 @@ LAYOUT = "threadmill:{default}:layout"
 def refusal(stored: str) -> str:
     return (
         f"The data of task backend 'default' has layout version {stored}, and this Threadmill knows layouts up "
-        f"to 2. Upgrade Threadmill on every host to a release that knows layout {stored}; or, to go back to "
+        f"to 3. Upgrade Threadmill on every host to a release that knows layout {stored}; or, to go back to "
         f"this release, drain the alias with the release that wrote it and delete the key {LAYOUT}, so this "
-        "release records layout 2 again."
+        "release records its own layout again."
     )
 
 

@@ -13,7 +13,10 @@ from tests.cluster import ValkeyCluster
 from threadmill.embedded import EmbeddedValkey, free_port, valkey_binary
 
 #: Server kinds the contract suite runs against, by name; redis-server only where Debian's is installed.
-SERVER_NAMES = ["valkey"] + (["redis"] if shutil.which("redis-server") else []) + ["cluster"]
+#: "cluster-p3" is the session's cluster with the backend's `partitions` option at 3.
+SERVER_NAMES = ["valkey"] + (["redis"] if shutil.which("redis-server") else []) + ["cluster", "cluster-p3"]
+#: Partitions a server kind's backends use (`OPTIONS["partitions"]`); 1 where not named.
+PARTITIONS = {"cluster-p3": 3}
 
 
 @dataclass
@@ -22,6 +25,8 @@ class ServerUnderTest:
 
     name: str
     server: EmbeddedValkey | ValkeyCluster
+    #: The backend option `partitions` this kind's TASKS entries carry.
+    partitions: int = 1
     _flusher: redis.Redis | None = field(default=None, repr=False)
 
     @property
@@ -34,6 +39,8 @@ class ServerUnderTest:
 
     def params(self, **params: Any) -> dict[str, Any]:
         """Return a backend's TASKS entry (without BACKEND) for this server, plus `params`."""
+        if self.partitions > 1:
+            params["OPTIONS"] = {"partitions": self.partitions, **params.get("OPTIONS", {})}
         return {"REDIS_URL": self.url, "CLUSTER": self.cluster, **params}
 
     def client_for(self, key: str) -> redis.Redis:

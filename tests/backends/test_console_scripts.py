@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tests.backends.conftest import enqueue
 from tests.tasks import add, echo, explode
 from threadmill.backends.base import Segment, UnreadableTask
@@ -43,6 +45,7 @@ def test_peek_matching_pages_the_matches_and_counts_them(backend):
     assert [r.id for r in page] == ids[1:3]
 
 
+@pytest.mark.single_partition
 def test_peek_matching_reports_an_incomplete_scan(backend):
     for i in range(6):
         enqueue(backend, echo, i)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+import pytest
+
 from tests.backends.conftest import enqueue, finish
 from tests.tasks import echo, explode
 from threadmill.backends.redis import RedisBroker
 from threadmill.outcome import error_of, mark_failed
 
 
+@pytest.mark.single_partition
 def test_history_counts_enqueued_finished_and_failed_tasks_per_minute(backend):
     for i in range(3):
         enqueue(backend, echo, i)

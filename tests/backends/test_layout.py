@@ -8,7 +8,7 @@ from django.tasks import TaskResultStatus
 from tests.backends.conftest import finish
 from tests.layouts import LAYOUT, refusal
 from tests.tasks import echo
-from threadmill.backends.layout import CURRENT_LAYOUT
+from threadmill.backends.layout import UNPARTITIONED_LAYOUT
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.exceptions import LayoutVersionError
 
@@ -19,13 +19,15 @@ def fresh(server):
     return RedisTaskBackend("default", server.params()), server.client_for(LAYOUT)
 
 
+@pytest.mark.single_partition
 def test_a_new_alias_records_the_current_layout(fresh):
     backend, raw = fresh
     backend.check_layout()
-    assert CURRENT_LAYOUT == 2
+    assert UNPARTITIONED_LAYOUT == 2
     assert raw.get(LAYOUT) == b"2"
 
 
+@pytest.mark.single_partition
 def test_an_alias_with_version_1_data_and_no_layout_is_upgraded_in_place_and_its_results_still_read(fresh):
     backend, raw = fresh
     waiting = backend.enqueue(echo, ["waiting"], {})
@@ -49,6 +51,7 @@ def test_an_alias_with_version_1_data_and_no_layout_is_upgraded_in_place_and_its
     assert backend.get_result(done.id).args == ["done"]
 
 
+@pytest.mark.single_partition
 def test_a_stored_version_1_is_upgraded_to_2(fresh):
     backend, raw = fresh
     raw.set(LAYOUT, 1)

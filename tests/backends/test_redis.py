@@ -98,6 +98,7 @@ def test_acquire_leaves_the_payload_untouched(backend, raw):
     assert raw.hget(key, "lease_token")
 
 
+@pytest.mark.single_partition
 def test_acquire_pops_higher_priority_first_then_fifo(backend):
     first = enqueue(backend, echo, 1)
     second = enqueue(backend, echo, 2)
@@ -106,6 +107,7 @@ def test_acquire_pops_higher_priority_first_then_fifo(backend):
     assert [r.id for r in got] == [high.id, first.id, second.id]
 
 
+@pytest.mark.single_partition
 def test_acquire_is_round_robin_across_queues(backend):
     for i in range(4):
         enqueue(backend, echo, i)
@@ -115,6 +117,7 @@ def test_acquire_is_round_robin_across_queues(backend):
     assert {r.id for r in got} >= {e.id for e in emails}
 
 
+@pytest.mark.single_partition
 def test_acquire_rotation_lets_a_backlogged_queue_not_starve_its_neighbour(backend):
     for i in range(10):
         enqueue(backend, echo, i)
@@ -210,6 +213,7 @@ def test_a_fenced_acknowledge_cannot_clobber_a_newer_lease(backend):
     assert backend.get_result(result.id).return_value == "fresh"
 
 
+@pytest.mark.single_partition
 def test_lease_tokens_are_unique_per_lease(backend):
     for i in range(50):
         enqueue(backend, echo, i)
@@ -309,6 +313,7 @@ def test_delete_removes_selected_tasks(backend):
     assert [r.id for r in backend.peek("default", segment=Segment.READY)] == [b.id]
 
 
+@pytest.mark.single_partition
 def test_delete_many_deletes_only_tasks_still_in_the_segment_it_names(backend):
     a, b, c = (enqueue(backend, echo, i) for i in range(3))
     backend.acquire("default", count=1, worker="w")
@@ -332,6 +337,7 @@ def test_peek_returns_a_page_and_the_total_in_queue_order(backend):
     assert [r.id for r in page] == ids[5:9]
 
 
+@pytest.mark.single_partition
 def test_peek_lists_finished_tasks_newest_first(backend):
     for i in range(3):
         enqueue(backend, echo, i)

@@ -173,6 +173,7 @@ def test_delete_removes_the_entry_of_a_task_whose_data_expired(scripts, raw):
     assert raw.zcard(Q + "failed") == 0
 
 
+@pytest.mark.single_partition
 def test_peek_returns_the_total_and_rows_in_one_reply(scripts, backend):
     ids = [enqueue(backend, echo, i).id for i in range(4)]
     reply = scripts.peek("default", Segment.READY, 1, 2, False)

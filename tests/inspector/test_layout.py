@@ -17,7 +17,7 @@ def test_the_console_shows_an_unknown_layout_as_a_503_page_naming_it(operator_cl
     assert response.status_code == 503
     html = response.content.decode()
     assert "Unknown data layout" in html
-    assert "has layout version 99, and this Threadmill knows layouts up to 2" in html
+    assert "has layout version 99, and this Threadmill knows layouts up to 3" in html
     assert "Traceback" not in html
 
 

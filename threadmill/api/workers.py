@@ -233,7 +233,10 @@ class TelemetryHub:
         channels: dict[tuple[str, bool], dict[str, str]] = {}
         for alias in backend_aliases():
             backend = get_backend(alias)
-            channels.setdefault((backend.redis_url, backend.cluster), {})[backend.keys.telemetry()] = alias
+            names = channels.setdefault((backend.redis_url, backend.cluster), {})
+            # Task scripts publish on their partition's channel, heartbeats on partition 0's.
+            for partition in backend.covered_partitions():
+                names[backend.keys_for(partition).telemetry()] = alias
         subscriptions = []
         for names in channels.values():
             subscription = get_backend(next(iter(names.values()))).subscribe_telemetry(list(names))

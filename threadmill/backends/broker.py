@@ -77,16 +77,28 @@ class RedisBroker:
         try:
             promoted = self.move_all()
             self.run_schedules()
+            dead = self._dead_workers() if recovering and self._partitioned() else None
             for queue_name in self.queues():
-                self.backend.scripts.sample_latency(queue_name)
-                reaped += self.reap(queue_name)
-                if recovering:
-                    reaped += self.recover(queue_name)
-                self.trim(queue_name)
+                for partition in self.backend.covered_partitions():
+                    scripts = self.backend.scripts_for(partition)
+                    scripts.sample_latency(queue_name)
+                    reaped += self.reap(queue_name, partition)
+                    if recovering:
+                        reaped += self.recover(queue_name, partition, dead if partition else None)
+                    self.trim(queue_name, partition)
         except Exception:
             self._reachable_since = None
             raise
         return promoted, reaped
+
+    def _dead_workers(self) -> dict[str, float]:
+        """Workers silent past worker_timeout but not yet forgotten (their leases then belong to the reaper)."""
+        options = self.backend.options
+        forget_after = options.lease_ttl + options.worker_timeout
+        return {name: age for name, age in self.backend.silent_workers().items() if age < forget_after}
+
+    def _partitioned(self) -> bool:
+        return len(self.backend.covered_partitions()) > 1
 
     def _trusts_heartbeats(self, now: float) -> bool:
         if self._reachable_since is None:
@@ -116,44 +128,52 @@ class RedisBroker:
         total, next_due_in = 0, None
         self.next_due_at = None  # A failed pass leaves it unset: the next full pass tries again.
         for queue_name in self.queues():
-            moved, due_in = self._move(queue_name)
-            total += moved
-            if due_in is not None and (next_due_in is None or due_in < next_due_in):
-                next_due_in = due_in
+            for partition in self.backend.covered_partitions():
+                moved, due_in = self._move(queue_name, partition)
+                total += moved
+                if due_in is not None and (next_due_in is None or due_in < next_due_in):
+                    next_due_in = due_in
         self.next_due_at = None if next_due_in is None else time.monotonic() + next_due_in
         return total
 
     def move(self, queue_name: str) -> int:
-        """Promote every due deferred task of a queue to ready; return how many."""
-        return self._move(queue_name)[0]
+        """Promote every due deferred task of a queue to ready, in every partition; return how many."""
+        return sum(self._move(queue_name, p)[0] for p in self.backend.covered_partitions())
 
-    def _move(self, queue_name: str) -> tuple[int, float | None]:
+    def _move(self, queue_name: str, partition: int) -> tuple[int, float | None]:
         batch_size = self.backend.options.batch_size
+        scripts = self.backend.scripts_for(partition)
         total = 0
         while True:
-            moved, due_in = self.backend.scripts.promote(queue_name, batch_size)
+            moved, due_in = scripts.promote(queue_name, batch_size)
             total += moved
             if moved < batch_size:
                 return total, due_in
 
-    def trim(self, queue_name: str) -> int:
+    def trim(self, queue_name: str, partition: int | None = None) -> int:
         """Drop the finished ids of a queue whose task data expired with `result_ttl`; return how many.
 
         `acknowledge` trims only the segment it writes to, so without this an idle queue
         would keep listing and counting tasks that are gone.
         """
+        if partition is None:
+            return sum(self.trim(queue_name, p) for p in self.backend.covered_partitions())
         result_ttl = self.backend.options.result_ttl
+        scripts = self.backend.scripts_for(partition)
         total = 0
-        while (dropped := self.backend.scripts.trim_finished(queue_name, result_ttl, TRIM_BATCH_SIZE)) > 0:
+        while (dropped := scripts.trim_finished(queue_name, result_ttl, TRIM_BATCH_SIZE)) > 0:
             total += dropped
         return total
 
-    def reap(self, queue_name: str) -> int:
-        """Fail or retry every task of a queue whose lease expired; return how many."""
+    def reap(self, queue_name: str, partition: int | None = None) -> int:
+        """Fail or retry every task of a queue whose lease expired (in one partition, or all); return how many."""
+        if partition is None:
+            return sum(self.reap(queue_name, p) for p in self.backend.covered_partitions())
         batch_size = self.backend.options.batch_size
+        scripts = self.backend.scripts_for(partition)
         total = 0
         while True:
-            reply = self.backend.scripts.claim_expired(queue_name, batch_size, CLAIM_WINDOW_S, os.urandom(6).hex())
+            reply = scripts.claim_expired(queue_name, batch_size, CLAIM_WINDOW_S, os.urandom(6).hex())
             rows = [reply[i : i + 6] for i in range(0, len(reply), 6)]
             for row in rows:
                 total += self._settle(queue_name, *row)
@@ -191,14 +211,25 @@ class RedisBroker:
             self.backend.acknowledge(result)
         return 1
 
-    def recover(self, queue_name: str) -> int:
-        """Take back every lease of a queue held by a worker whose heartbeat stopped; return how many."""
+    def recover(self, queue_name: str, partition: int | None = None, dead: dict[str, float] | None = None) -> int:
+        """Take back every lease of a queue held by a worker whose heartbeat stopped; return how many.
+
+        Partition 0 reads the workers set itself; another partition takes `dead` (name -> heartbeat age),
+        read from partition 0 once per pass.
+        """
+        if partition is None:
+            partitions = self.backend.covered_partitions()
+            dead = self._dead_workers() if len(partitions) > 1 else None
+            return sum(self.recover(queue_name, p, dead if p else None) for p in partitions)
+        if partition and dead is None:
+            dead = self._dead_workers()
         options = self.backend.options
+        scripts = self.backend.scripts_for(partition)
         forget_after = options.lease_ttl + options.worker_timeout
         total = 0
         buffered_by_worker: dict[str, set[str]] = {}
         while True:
-            reply = self.backend.scripts.claim_abandoned(
+            reply = scripts.claim_abandoned(
                 queue_name,
                 options.worker_timeout,
                 forget_after,
@@ -206,6 +237,7 @@ class RedisBroker:
                 RECOVERY_SCAN_LIMIT,
                 CLAIM_WINDOW_S,
                 os.urandom(6).hex(),
+                dead,
             )
             rows = [reply[i : i + 7] for i in range(1, len(reply), 7)]
             fates: Counter[tuple[str, str]] = Counter()

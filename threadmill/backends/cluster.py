@@ -147,7 +147,7 @@ class ClusterScripts(RedisScripts):
         return reply, self._wait_for_append_only_file(connection, wait_ms)
 
     @translate_errors
-    def wait_for_wake(self, wake_keys: Sequence[str], timeout_s: float, socket_timeout_s: float) -> bool:
-        """Block on the wake lists (BLPOP) on the node owning their slot; True when a token came."""
+    def wait_for_wake(self, wake_keys: Sequence[str], timeout_s: float, socket_timeout_s: float) -> str | None:
+        """Block on the wake lists (BLPOP, one slot) on the node owning their slot; return the key that woke, or None."""
         reply, _ = self._send(wake_keys[0], ("BLPOP", *wake_keys, timeout_s), timeout=timeout_s + socket_timeout_s)
-        return reply is not None
+        return None if reply is None else reply[0].decode()

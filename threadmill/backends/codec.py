@@ -85,8 +85,12 @@ _last_uuid_ms = 0
 _uuid_seq = 0
 
 
-def new_task_id() -> str:
-    """Return a UUIDv7 whose text sorts in creation order within this process."""
+def new_task_id(partition: int | None = None) -> str:
+    """Return a UUIDv7 whose text sorts in creation order within this process.
+
+    With a `partition` (0-255) it is a UUIDv8 of the same layout whose last byte is the
+    partition, so the task's keys can be found from its id alone (see `partitions.partition_of`).
+    """
     global _last_uuid_ms, _uuid_seq
     ms = time.time_ns() // 1_000_000
     if ms <= _last_uuid_ms:
@@ -99,6 +103,8 @@ def new_task_id() -> str:
         _last_uuid_ms, _uuid_seq = ms, int.from_bytes(os.urandom(2)) & 0x3FF
     value = (ms << 80) | (0x7 << 76) | (_uuid_seq << 64) | (0b10 << 62)
     value |= int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
+    if partition is not None:
+        value = (value & ~(0xF << 76) & ~0xFF) | (0x8 << 76) | partition
     text = f"{value:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 

@@ -1,12 +1,18 @@
 """The Redis key schema: the one module that builds key and channel names.
 
 Every key of a backend alias shares the Cluster hash tag `threadmill:{<alias>}`, so
-each Lua script touches one shard. See the README's "Data model" for the layout.
+each Lua script touches one shard. With `partitions` P > 1, partition p >= 1 has keys of
+its own under `threadmill:{<alias>/<p>.<n>}` (partition 0 keeps the alias's), so the
+partitions spread over a cluster's shards. See the README's "Data model" for the layout.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass, field
+
+from redis.crc import key_slot
 
 from .base import Segment
 
@@ -29,15 +35,63 @@ TASK_FIELDS = (
 THROUGHPUT_COUNTER_TTL_S = 25 * 60 * 60
 
 
+#: Hash slots of a Redis or Valkey Cluster.
+SLOT_COUNT = 16384
+#: How far (in slots) a partition's tag may land from the slot aimed at.
+_SLOT_TOLERANCE = 8
+
+
+def _spread(partition: int) -> float:
+    """Return where partition p aims in the slot space, as a fraction past partition 0's slot.
+
+    The digits of p in the mixed radix (3, 2, 2, ...) read backwards: 0, 1/3, 2/3, 1/6, 1/2,
+    5/6, 1/12, ... so the first 3 x 2^k partitions sit evenly spaced, whatever P is: three
+    equal shards carry P/3 partitions each when P is 3, 6, 12... (a plain `alias/p` tag lands
+    where its hash falls: 6 partitions over 3 shards measured 1, 3 and 2).
+    """
+    fraction, scale, radix = 0.0, 1.0, 3
+    while partition:
+        partition, digit = divmod(partition, radix)
+        scale /= radix
+        fraction += digit * scale
+        radix = 2
+    return fraction
+
+
+@functools.cache
+def partition_tag(alias: str, partition: int) -> str:
+    """Return the hash tag of one partition of an alias: the alias for 0, else `<alias>/<p>.<n>`.
+
+    n is the first number whose tag's slot is within a few slots of the one partition p aims
+    at (`_spread`), found by trying n = 0, 1, ... (about a thousand CRC16s, once per process).
+    The tag depends on the alias and p only, never on P, so changing P moves no task.
+    """
+    if partition == 0:
+        return alias
+    target = (key_slot(alias.encode()) + round(_spread(partition) * SLOT_COUNT)) % SLOT_COUNT
+    for n in itertools.count():
+        tag = f"{alias}/{partition}.{n}"
+        distance = abs(key_slot(tag.encode()) - target)
+        if min(distance, SLOT_COUNT - distance) <= _SLOT_TOLERANCE:
+            return tag
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 @dataclass(frozen=True, slots=True)
 class KeySchema:
-    """Builds every key and channel name of one backend alias."""
+    """Builds every key and channel name of one partition of a backend alias (partition 0 by default).
+
+    Alias-wide keys (workers, heartbeats, control, schedules, layout) are read from
+    partition 0's schema; the other partitions' copies of them exist only as script keys
+    that must share the partition's hash tag.
+    """
 
     alias: str
+    partition: int = 0
     prefix: str = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "prefix", f"threadmill:{{{self.alias}}}")
+        object.__setattr__(self, "prefix", f"threadmill:{{{partition_tag(self.alias, self.partition)}}}")
 
     def task(self, task_id: str) -> str:
         """Hash: `data`, `queue`, `segment`, `score`, `started_at` and the lease fields."""
@@ -98,6 +152,10 @@ class KeySchema:
     def telemetry(self) -> str:
         """Pub/sub channel of ingress, egress and worker snapshot events."""
         return f"{self.prefix}:telemetry"
+
+    def partitions_seen(self) -> str:
+        """String: the highest `partitions` setting any process used on this alias (absent: 1)."""
+        return f"{self.prefix}:partitions"
 
     def layout(self) -> str:
         """String: the layout version of the alias's data (threadmill.backends.layout.CURRENT_LAYOUT)."""

@@ -4,7 +4,10 @@ Version 1 is every release before the version was stored: a finished task's resu
 own key (`threadmill:{<alias>}:result:<id>`). Version 2 keeps the result in the task hash;
 its readers still read a version 1 result key until it expires, so going from 1 to 2 moves
 no data, it only records 2. An alias that has no version is new or was written by version 1
-code, and both are recorded as 2.
+code, and both are recorded as 2. Version 3 is version 2 with `partitions` above 1 used at
+least once: task ids that name their partition and keys per partition (see
+`threadmill.backends.partitions`); code that knows only 2 must refuse it, so an alias is
+stamped 3 the first time a process starts with more than one partition, and stays 3.
 
 One command decides: `SET <layout key> <ours> NX GET` records this code's version where none
 is stored and returns any stored one, atomically, so two processes starting at once agree
@@ -20,29 +23,58 @@ from redis.cluster import RedisCluster
 
 from ..exceptions import LayoutVersionError
 
-#: The layout version this code writes.
-CURRENT_LAYOUT = 2
-#: Older layouts this code reads as they are, so migrating one only records CURRENT_LAYOUT.
-READABLE_LAYOUTS = frozenset({1})
+#: The layout an alias that never used more than one partition is recorded as.
+UNPARTITIONED_LAYOUT = 2
+#: The layout of an alias that used `partitions` > 1 at least once.
+PARTITIONED_LAYOUT = 3
+#: The newest layout this code knows (reads and writes).
+CURRENT_LAYOUT = PARTITIONED_LAYOUT
+#: Every layout this code reads as it is; an older one is only re-recorded.
+READABLE_LAYOUTS = frozenset({1, UNPARTITIONED_LAYOUT, PARTITIONED_LAYOUT})
+
+# Raise the alias's highest partition count to ARGV[1] (never lower it); return the result.
+_RAISE_PARTITIONS_SEEN = """
+local seen = tonumber(redis.call('GET', KEYS[1]) or '1') or 1
+local wanted = tonumber(ARGV[1])
+if wanted > seen then
+  redis.call('SET', KEYS[1], wanted)
+  return wanted
+end
+return seen
+"""
 
 
-def check_layout(client: redis.Redis | RedisCluster, key: str, alias: str) -> int | None:
-    """Record CURRENT_LAYOUT at `key` unless a version is stored; return the one found (None for none).
+def check_layout(client: redis.Redis | RedisCluster, key: str, alias: str, *, partitioned: bool = False) -> int | None:
+    """Record this code's layout at `key` unless one is stored; return the one found (None for none).
+
+    `partitioned` asks for PARTITIONED_LAYOUT (the alias runs with more than one partition);
+    an older stored layout is raised to the one asked for, a newer known one is kept.
 
     Raises:
         LayoutVersionError: the stored version is newer than this code's or not a version at all.
     """
-    stored = client.set(key, CURRENT_LAYOUT, nx=True, get=True)
+    wanted = PARTITIONED_LAYOUT if partitioned else UNPARTITIONED_LAYOUT
+    stored = client.set(key, wanted, nx=True, get=True)
     if stored is None:
         return None
     text = stored.decode() if isinstance(stored, bytes) else str(stored)
     version = int(text) if text.isdigit() else None
-    if version == CURRENT_LAYOUT:
-        return version
-    if version in READABLE_LAYOUTS:
-        client.set(key, CURRENT_LAYOUT)
-        return version
-    raise LayoutVersionError(_refusal(alias, key, text))
+    if version not in READABLE_LAYOUTS:
+        raise LayoutVersionError(_refusal(alias, key, text))
+    if version < wanted:
+        client.set(key, wanted)
+    return version
+
+
+def record_partitions(client: redis.Redis | RedisCluster, key: str, partitions: int) -> int:
+    """Raise the alias's highest partition count to `partitions` if lower; return the count now stored.
+
+    Workers and brokers cover every partition below it, so lowering `partitions` strands nothing.
+    """
+    if partitions <= 1:
+        stored = client.get(key)
+        return int(stored) if stored and stored.isdigit() else 1
+    return int(client.eval(_RAISE_PARTITIONS_SEEN, 1, key, partitions))
 
 
 def _refusal(alias: str, key: str, stored: str) -> str:
@@ -50,5 +82,5 @@ def _refusal(alias: str, key: str, stored: str) -> str:
         f"The data of task backend {alias!r} has layout version {stored}, and this Threadmill knows layouts up "
         f"to {CURRENT_LAYOUT}. Upgrade Threadmill on every host to a release that knows layout {stored}; or, "
         f"to go back to this release, drain the alias with the release that wrote it and delete the key {key}, "
-        f"so this release records layout {CURRENT_LAYOUT} again."
+        f"so this release records its own layout again."
     )

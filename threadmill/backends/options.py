@@ -40,11 +40,14 @@ class BackendOptions:
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S
     fsync_enqueue: bool = False
     wait_replicas: int = 0
+    partitions: int = 1
 
 
 _FLAGS = {"fsync_enqueue"}
 #: Options that are a count, zero allowed.
 _COUNTS = {"wait_replicas"}
+#: Most partitions an alias can have: a task id carries its partition in one byte.
+MAX_PARTITIONS = 256
 
 
 def _positive_number(alias: str, name: str, value: Any) -> float:
@@ -80,6 +83,14 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
             if not isinstance(value, bool):
                 raise ImproperlyConfigured(
                     f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be True or False, not {value!r}."
+                )
+            parsed[name] = value
+            continue
+        if name == "partitions":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
+                raise ImproperlyConfigured(
+                    f"TASKS[{alias!r}]['OPTIONS']['partitions'] must be a whole number from 1 to {MAX_PARTITIONS}, "
+                    f"not {value!r}."
                 )
             parsed[name] = value
             continue

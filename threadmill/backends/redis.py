@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import redis
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResult, TaskResultStatus
@@ -43,7 +44,9 @@ from .channel import TelemetrySubscription, publish
 from .cluster import ClusterScripts
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .options import parse_options
+from .partitions import by_partition
 from .replication import wait_for_replicas
+from .routing import PartitionRouting
 from .scripts import UNREACHABLE_ERRORS, RedisScripts, translate_errors
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 
@@ -95,7 +98,7 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class RedisTaskBackend(RedisTooling, BaseTaskBackend):
+class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     """Durable task backend on Redis or Valkey; see the README for the data model."""
 
     task_class = ThreadmillTask
@@ -121,6 +124,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         self._aio: AsyncClients | None = None
         self._rotation = 0
         self._layout_checked = False
+        self._init_routing()
 
     # -- connection -------------------------------------------------------------------
 
@@ -164,7 +168,8 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
-        return self._enqueue_prepared(task, [self._prepare(task, args, kwargs, time.time())])[0]
+        partition = self.next_enqueue_partition()
+        return self._enqueue_prepared(task, [self._prepare(task, args, kwargs, time.time(), partition)], partition)[0]
 
     async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         """`enqueue` on the running event loop's own connection, without tying up a thread."""
@@ -172,13 +177,13 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             # WAITAOF and WAIT must follow the write on the same connection: the thread path keeps one per thread.
             return await super().aenqueue(task, args, kwargs)
         self.validate_task(task)
-        prepared = self._prepare(task, args, kwargs, time.time())
-        keys, script_args = self.scripts.enqueue_call(
-            task.queue_name,
-            [prepared.entry],
-            int(prepared.now // 60),
-        )
-        await self.aio.run(self.scripts.enqueue_script, keys, script_args)
+        partition = self.next_enqueue_partition()
+        if partition is not None and not self._layout_checked:
+            await sync_to_async(self.check_layout)()
+        prepared = self._prepare(task, args, kwargs, time.time(), partition)
+        scripts = self.scripts_for(partition or 0)
+        keys, script_args = scripts.enqueue_call(task.queue_name, [prepared.entry], int(prepared.now // 60))
+        await self.aio.run(scripts.enqueue_script, keys, script_args)
         result = self._new_result(task, prepared)
         await task_enqueued.asend(type(self), task_result=result)
         return result
@@ -192,7 +197,9 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         """
         task = schedule.task()
         self.validate_task(task)
-        prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time())
+        # Partition 0, which holds the schedules hash the guard reads.
+        partition = None if self.partition_count == 1 else 0
+        prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time(), partition)
         guard = (schedule.name, "" if tick is None else repr(tick.timestamp()))
         if not self.scripts.enqueue_many(task.queue_name, [prepared.entry], int(prepared.now // 60), schedule=guard):
             return None
@@ -207,19 +214,24 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
 
         Every call's arguments are checked and encoded before anything is written, so bad
         arguments for one fail the whole call. Returns the results in the order of `calls`
-        and sends `task_enqueued` for each.
+        and sends `task_enqueued` for each. With partitions, each script call writes to one.
         """
         self.validate_task(task)
         now = time.time()
-        prepared = [self._prepare(task, *_call(i, call), now) for i, call in enumerate(calls)]
+        calls = [_call(i, call) for i, call in enumerate(calls)]
+        batches = []
+        for start in range(0, len(calls), ENQUEUE_BATCH):
+            partition = self.next_enqueue_partition()
+            batch = [self._prepare(task, *call, now, partition) for call in calls[start : start + ENQUEUE_BATCH]]
+            batches.append((batch, partition))
         results: list[ThreadmillTaskResult] = []
-        for start in range(0, len(prepared), ENQUEUE_BATCH):
-            results += self._enqueue_prepared(task, prepared[start : start + ENQUEUE_BATCH])
+        for batch, partition in batches:
+            results += self._enqueue_prepared(task, batch, partition)
         return results
 
-    def _prepare(self, task, args, kwargs, now: float) -> PreparedTask:
+    def _prepare(self, task, args, kwargs, now: float, partition: int | None = None) -> PreparedTask:
         args, kwargs = normalize_json(args), normalize_json(kwargs)
-        task_id = codec.new_task_id()
+        task_id = codec.new_task_id(partition)
         payload = codec.encode_new(task, task_id, args, kwargs, now)
         ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
         if task.run_after is not None:
@@ -228,17 +240,22 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             segment, score = Segment.READY, ready_score
         return PreparedTask(task_id, payload, segment, ready_score, score, args, kwargs, now)
 
-    def _enqueue_prepared(self, task, prepared: list[PreparedTask]) -> list[ThreadmillTaskResult]:
+    def _enqueue_prepared(
+        self, task, prepared: list[PreparedTask], partition: int | None = None
+    ) -> list[ThreadmillTaskResult]:
         # WAITAOF waits at most half the socket timeout, so the server's own "not yet" arrives
         # before the client would give the connection up as lost.
         durable_within_s = self.options.socket_timeout / 2 if self.options.fsync_enqueue else None
+        if partition is not None:
+            self.check_layout()  # stamps the partitioned layout and this P before the first partitioned task
         entries = [p.entry for p in prepared]
-        self.scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
+        scripts = self.scripts_for(partition or 0)
+        scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
         if self.options.wait_replicas:
             # As WAITAOF's, the wait ends before the client would give the connection up as lost.
             ids = [p.id for p in prepared]
             wait_for_replicas(
-                self.scripts, self.keys.queues(), self.options.wait_replicas, self.options.socket_timeout / 2, ids
+                scripts, scripts.keys.queues(), self.options.wait_replicas, self.options.socket_timeout / 2, ids
             )
         results = [self._new_result(task, p) for p in prepared]
         for result in results:
@@ -265,17 +282,17 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
     @translate_errors
     def get_result(self, result_id: str) -> ThreadmillTaskResult:
         """Return the task's current state whatever its segment, or raise TaskResultDoesNotExist."""
+        keys = self.task_keys(result_id)
         pipe = self.client.pipeline(transaction=False)
-        pipe.hmget(self.keys.task(result_id), TASK_FIELDS)
-        pipe.get(self.keys.result(result_id))
+        pipe.hmget(keys.task(result_id), TASK_FIELDS)
+        pipe.get(keys.result(result_id))
         fields, old_layout_result = pipe.execute()
         return self._stored_result(result_id, fields, old_layout_result)
 
     async def aget_result(self, result_id: str) -> ThreadmillTaskResult:
         """`get_result` on the running event loop's own connection, without a thread."""
-        fields, old_layout_result = await self.aio.read_task(
-            self.keys.task(result_id), self.keys.result(result_id), TASK_FIELDS
-        )
+        keys = self.task_keys(result_id)
+        fields, old_layout_result = await self.aio.read_task(keys.task(result_id), keys.result(result_id), TASK_FIELDS)
         return self._stored_result(result_id, fields, old_layout_result)
 
     def _stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult:
@@ -336,7 +353,16 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         shift = self._rotation % len(queues)
         self._rotation += 1
         rotated = queues[shift:] + queues[:shift]
-        reply = self.scripts.acquire(rotated, count, worker, self.options.lease_ttl, token_base)
+        partitions = len(self.covered_partitions())
+        if partitions == 1:
+            reply = self.scripts.acquire(rotated, count, worker, self.options.lease_ttl, token_base)
+        else:
+            for partition in self.empty_hints.order(partitions):
+                reply = self.scripts_for(partition).acquire(rotated, count, worker, self.options.lease_ttl, token_base)
+                leased = (len(reply) - 2) // 5
+                self.empty_hints.came_back(partition, full=leased >= count)
+                if leased:
+                    break
         now = int(reply[0]) + int(reply[1]) / 1e6
         lease_start = datetime.fromtimestamp(now, UTC)
         deadline = datetime.fromtimestamp(now + self.options.lease_ttl, UTC)
@@ -378,7 +404,15 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
             segment = Segment.SUCCESSFUL if result.status == TaskResultStatus.SUCCESSFUL else Segment.FAILED
             document = codec.encode_result(result, return_value)
             entries.append((result.id, result.task.queue_name, result.lease_token, document, segment))
-        accepted = self.scripts.acknowledge(entries, self.options.result_ttl, int(time.time() // 60))
+        minute = int(time.time() // 60)
+        if len(self.covered_partitions()) == 1:
+            accepted = self.scripts.acknowledge(entries, self.options.result_ttl, minute)
+        else:
+            by_id: dict[str, Any] = {}
+            for partition, group in by_partition(entries, lambda entry: entry[0]).items():
+                replies = self.scripts_for(partition).acknowledge(group, self.options.result_ttl, minute)
+                by_id.update(zip((entry[0] for entry in group), replies, strict=True))
+            accepted = [by_id[entry[0]] for entry in entries]
         for (result, _), ok in zip(outcomes, accepted, strict=True):
             if not ok:
                 logger.warning(
@@ -397,7 +431,11 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         """
         if not results:
             return 0
-        return self.scripts.release([(r.id, r.task.queue_name, r.lease_token) for r in results])
+        leases = [(r.id, r.task.queue_name, r.lease_token) for r in results]
+        return sum(
+            self.task_scripts(group[0][0]).release(group)
+            for group in by_partition(leases, lambda lease: lease[0]).values()
+        )
 
     def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str]) -> int:
         """Hand back to ready the leases that acquire calls with these token bases took; return how many.
@@ -407,15 +445,17 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         """
         if not token_bases:
             return 0
-        return self.scripts.release_unanswered(list(queue_names), list(token_bases), RELEASE_SCAN_LIMIT)
+        return sum(
+            self.scripts_for(partition).release_unanswered(list(queue_names), list(token_bases), RELEASE_SCAN_LIMIT)
+            for partition in self.covered_partitions()
+        )
 
     def wait_for_tasks(self, queue_names: Sequence[str], worker: str, timeout_s: float) -> bool:
         """Block until a task may be ready on one of the queues, `worker` is woken, or `timeout_s` passes.
 
         Returns True when woken. Waking leases nothing: the caller acquires as usual.
         """
-        keys = [self.keys.wake(q) for q in queue_names] + [self.keys.worker_wake(worker)]
-        return self.scripts.wait_for_wake(keys, timeout_s, self.options.socket_timeout)
+        return self.wait_on_partitions(queue_names, worker, timeout_s)
 
     @translate_errors
     def wake_worker(self, worker: str) -> None:
@@ -457,7 +497,7 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         """
         at = self._run_after_seconds(run_after)
         if isinstance(task, TaskResult):
-            reply = self.scripts.requeue(
+            reply = self.task_scripts(task.id).requeue(
                 task.id,
                 task.task.queue_name,
                 run_after=at,
@@ -474,16 +514,17 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         # A running task is read with its lease applied and requeued with its abandoned attempt
         # recorded, fenced by that lease's token; if it was leased again in between, read again.
         reply = -1
+        scripts = self.task_scripts(task_id)
         for _ in range(REQUEUE_ROUNDS):
-            fields = translate_errors(self.client.hmget)(self.keys.task(task_id), TASK_FIELDS)
+            fields = translate_errors(self.client.hmget)(scripts.keys.task(task_id), TASK_FIELDS)
             if fields[1] is None:
                 return 0
             queue_name = fields[1].decode()
             if fields[2] != b"running":
-                return self.scripts.requeue(task_id, queue_name, run_after=at)
+                return scripts.requeue(task_id, queue_name, run_after=at)
             document = self.abandoned_document(task_id, queue_name, fields, "requeue(task_id)")
             token = codec.text(fields[6])
-            reply = self.scripts.requeue(task_id, queue_name, run_after=at, token=token, document=document)
+            reply = scripts.requeue(task_id, queue_name, run_after=at, token=token, document=document)
             if reply != -1:
                 return reply
         return reply
@@ -513,7 +554,9 @@ class RedisTaskBackend(RedisTooling, BaseTaskBackend):
         Raises LayoutVersionError naming the stored version, this code's and what to do.
         """
         if not self._layout_checked:
-            translate_errors(layout.check_layout)(self.client, self.keys.layout(), self.alias)
+            partitioned = self.partition_count > 1
+            translate_errors(layout.check_layout)(self.client, self.keys.layout(), self.alias, partitioned=partitioned)
+            self.record_partitions()
             self._layout_checked = True
 
     def ping(self) -> None:

@@ -7,6 +7,7 @@ reply as it comes (bytes). Driver errors become `BackendConnectionError` here.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import os
@@ -89,6 +90,11 @@ def _durable_enqueue_error(error: redis.ResponseError) -> DurableEnqueueError:
     return DurableEnqueueError(f"The backend option fsync_enqueue is on, but {reason}, or turn fsync_enqueue off.")
 
 
+def _names(workers: Sequence[str] | None) -> str:
+    """Encode a list of worker names for a script: "" for none given, else "=" and one name a line."""
+    return "" if workers is None else "=" + "".join(f"{name}\n" for name in workers)
+
+
 class LuaScript:
     """A script's source and its SHA1, the name EVALSHA calls it by."""
 
@@ -126,6 +132,7 @@ class RedisScripts:
         self._delete = register(_source("delete"))
         self._peek = register(_source("peek"))
         self._peek_matching = register(_source("peek_matching"))
+        self._peek_after = register(_source("peek_after"))
         self._requeue_many = register(_source("requeue_many"))
         self._heartbeat = register(_source("heartbeat"))
         self._pause = register(_source("pause"))
@@ -138,6 +145,12 @@ class RedisScripts:
         self._trim_finished = register(_source("trim_finished"))
         self._live_leases = register(_source("live_leases"))
         self._scan = register(_source("scan"))
+
+    def for_partition(self, keys: KeySchema) -> RedisScripts:
+        """Return these scripts over another partition's keys, sharing this object's connections."""
+        other = copy.copy(self)
+        other.keys = keys
+        return other
 
     def connection_for(self, key: str):
         """Return this thread's connection that a script over `key` runs on (a follow-up such as WAIT goes there too)."""
@@ -386,6 +399,19 @@ class RedisScripts:
         )
 
     @translate_errors
+    def peek_after(
+        self, queue_name: str, segment: Segment, cursor: tuple[str, str] | None, count: int, newest_first: bool
+    ) -> list:
+        """Return the segment's total and the rows of its first `count` entries past `cursor` (None: the head)."""
+        k = self.keys
+        score, task_id = cursor or ("", "")
+        return self._run(
+            self._peek_after,
+            keys=[k.segment(queue_name, segment), k.task_prefix(), k.result_prefix()],
+            args=[score, task_id, count, "1" if newest_first else "0"],
+        )
+
+    @translate_errors
     def peek_matching(
         self,
         queue_name: str,
@@ -412,10 +438,17 @@ class RedisScripts:
         needles: Sequence[str],
         force: bool,
         worker_timeout: float,
+        silent_workers: Sequence[str] | None = None,
     ) -> tuple[list[str], list[str]]:
-        """Requeue (task id, lease token, document) entries of one segment to ready; return (moved, refused)."""
+        """Requeue (task id, lease token, document) entries of one segment to ready; return (moved, refused).
+
+        `silent_workers` None reads heartbeats from the workers set (partition 0); a list names the
+        workers whose heartbeat is older than `worker_timeout` (another partition's slot lacks the set).
+        """
         k = self.keys
-        args: list[Any] = [segment.value, "1" if force else "0", worker_timeout, len(needles), *needles]
+        args: list[Any] = [
+            segment.value, "1" if force else "0", worker_timeout, _names(silent_workers), len(needles), *needles
+        ]  # fmt: skip
         for entry in entries:
             args += entry
         reply = self._run(
@@ -434,13 +467,19 @@ class RedisScripts:
         return ids[: reply[0]], ids[reply[0] :]
 
     @translate_errors
-    def live_leases(self, queue_name: str, task_ids: Sequence[str], worker_timeout: float) -> list[str]:
+    def live_leases(
+        self,
+        queue_name: str,
+        task_ids: Sequence[str],
+        worker_timeout: float,
+        silent_workers: Sequence[str] | None = None,
+    ) -> list[str]:
         """Return those of the ids running under a live lease (deadline ahead, worker not timed out)."""
         k = self.keys
         reply = self._run(
             self._live_leases,
             keys=[k.segment(queue_name, Segment.RUNNING), k.task_prefix(), k.workers()],
-            args=[worker_timeout, *task_ids],
+            args=[worker_timeout, _names(silent_workers), *task_ids],
         )
         return [task_id.decode() for task_id in reply]
 
@@ -476,12 +515,17 @@ class RedisScripts:
         scan_limit: int,
         claim_window_s: float,
         token_base: str,
+        dead_workers: dict[str, float] | None = None,
     ) -> list:
+        """Claim the leases of dead workers; `dead_workers` (name -> heartbeat age) is given for partitions above 0."""
         k = self.keys
+        args: list[Any] = [worker_timeout_s, forget_after_s, batch_size, scan_limit, claim_window_s, token_base]
+        if dead_workers is not None:
+            args.append("=" + "".join(f"{name}\t{age:.3f}\n" for name, age in dead_workers.items()))
         return self._run(
             self._claim_abandoned,
             keys=[k.workers(), k.segment(queue_name, Segment.RUNNING), k.task_prefix()],
-            args=[worker_timeout_s, forget_after_s, batch_size, scan_limit, claim_window_s, token_base],
+            args=args,
         )
 
     @translate_errors
@@ -505,12 +549,13 @@ class RedisScripts:
         return self._run(self._release_unanswered, keys=keys, args=[scan_limit, *token_bases])
 
     @translate_errors
-    def wait_for_wake(self, wake_keys: Sequence[str], timeout_s: float, socket_timeout_s: float) -> bool:
-        """Block until a token arrives on one of `wake_keys` (BLPOP) or `timeout_s` passes; True when one came."""
+    def wait_for_wake(self, wake_keys: Sequence[str], timeout_s: float, socket_timeout_s: float) -> str | None:
+        """Block until a token arrives on one of `wake_keys` (BLPOP) or `timeout_s` passes; return its key or None."""
         connection = self._connection()
         try:
             connection.send_command("BLPOP", *wake_keys, timeout_s)
-            return connection.read_response(timeout=timeout_s + socket_timeout_s) is not None
+            reply = connection.read_response(timeout=timeout_s + socket_timeout_s)
+            return None if reply is None else reply[0].decode()
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()
             raise

@@ -22,6 +22,8 @@ from ..outcome import record_abandoned
 from . import codec
 from .base import UNREADABLE_PAYLOAD_ERRORS, Page, PausedQueue, Segment, ThreadmillTaskResult, UnreadableTask
 from .keys import PRIORITY_BAND, TASK_FIELDS
+from .merge import Cursor, KeysetPage, merge_rows
+from .partitions import by_partition
 from .scripts import translate_errors
 
 if TYPE_CHECKING:
@@ -51,6 +53,14 @@ def _epoch(value: bytes | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(float(value), UTC)
 
 
+def _with_run_after(items: list, run_at: list[datetime | None]) -> list:
+    """Give each readable deferred task the time it runs (its score), which a retry's backoff sets."""
+    return [
+        item if isinstance(item, UnreadableTask) else replace(item, task=item.task.using(run_after=at))
+        for item, at in zip(items, run_at, strict=True)
+    ]
+
+
 class RedisTooling:
     """Paging, counting, requeueing in bulk, deleting and purging the segments of queues."""
 
@@ -61,6 +71,16 @@ class RedisTooling:
     client: redis.Redis
     cluster: bool
     scripts: RedisScripts
+    # From PartitionRouting (mixed in beside this class).
+    keys_for: Any
+    scripts_for: Any
+    task_keys: Any
+    task_scripts: Any
+    covered_partitions: Any
+
+    def _partition_scripts(self) -> list[RedisScripts]:
+        """The scripts of every covered partition, partition 0 first."""
+        return [self.scripts_for(partition) for partition in self.covered_partitions()]
 
     def client_for(self, key: str) -> redis.Redis:
         """Return a plain client on the node holding `key`: the one server, or the primary owning its slot.
@@ -80,14 +100,15 @@ class RedisTooling:
         logger.error(
             "Task %s on queue %s is unreadable (%s path) and was quarantined: %s", task_id, queue_name, path, text
         )
-        self.scripts.quarantine(task_id, queue_name, segment, text, token)
+        self.task_scripts(task_id).quarantine(task_id, queue_name, segment, text, token)
 
     def purge(self, queue_name: str, *, segment: Segment | str) -> int:
         """Delete a segment and the task data it owns, in batches; return how many were removed."""
         segment = Segment.parse(segment)
         removed = 0
-        while batch := self.scripts.purge(queue_name, segment, self.options.batch_size):
-            removed += batch
+        for scripts in self._partition_scripts():
+            while batch := scripts.purge(queue_name, segment, self.options.batch_size):
+                removed += batch
         return removed
 
     def delete_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> list[str]:
@@ -96,8 +117,10 @@ class RedisTooling:
         A task that moved elsewhere since the caller saw it is left alone.
         """
         segment = Segment.parse(segment)
-        ids = list(task_ids)
-        return self.scripts.delete(queue_name, segment, ids) if ids else []
+        deleted: list[str] = []
+        for partition, ids in by_partition(task_ids, str).items():
+            deleted += self.scripts_for(partition).delete(queue_name, segment, ids)
+        return deleted
 
     def delete(self, task_ids: Iterable[str]) -> int:
         """Remove the given tasks wherever they are, with their data and results; return how many existed."""
@@ -113,7 +136,8 @@ class RedisTooling:
                     places.setdefault((queue_name.decode(), Segment(segment.decode())), []).append(task_id)
             gone: set[str] = set()
             for (queue_name, segment), ids in places.items():
-                gone.update(self.scripts.delete(queue_name, segment, ids))
+                for partition, group in by_partition(ids, str).items():
+                    gone.update(self.scripts_for(partition).delete(queue_name, segment, group))
             deleted += len(gone)
             pending = [task_id for ids in places.values() for task_id in ids if task_id not in gone]
         return deleted
@@ -122,17 +146,68 @@ class RedisTooling:
     def _places(self, task_ids: Sequence[str]) -> list[list]:
         pipe = self.client.pipeline(transaction=False)
         for task_id in task_ids:
-            pipe.hmget(self.keys.task(task_id), ("queue", "segment"))
+            pipe.hmget(self.task_keys(task_id).task(task_id), ("queue", "segment"))
         return pipe.execute()
 
     def peek(self, queue_name: str, *, segment: Segment | str, offset: int = 0, count: int = 50) -> Page:
-        """Return one page of a segment in queue order, with the segment's total, in one round trip."""
+        """Return one page of a segment in queue order, with the segment's total, in one round trip a partition.
+
+        With several partitions the page merges them in queue order; deep offsets read every
+        partition's head up to the offset, so the console pages by cursor (`peek_page`) instead.
+        """
         segment = Segment.parse(segment)
         if offset < 0 or count < 1:
             raise ValueError("peek needs offset >= 0 and count >= 1.")
-        reply = self.scripts.peek(queue_name, segment, offset, count, segment in NEWEST_FIRST)
-        items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(2, len(reply), 9)]
-        return Page(items, int(reply[0]))
+        newest_first = segment in NEWEST_FIRST
+        if len(self.covered_partitions()) == 1:
+            reply = self.scripts.peek(queue_name, segment, offset, count, newest_first)
+            items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(2, len(reply), 9)]
+            return Page(items, int(reply[0]))
+        replies = [s.peek(queue_name, segment, 0, offset + count, newest_first) for s in self._partition_scripts()]
+        rows, _ = merge_rows([(reply, 2) for reply in replies], newest_first, offset + count)
+        items = [self._peeked(queue_name, segment, row) for row in rows[offset:]]
+        return Page(items, sum(int(reply[0]) for reply in replies))
+
+    def peek_page(
+        self,
+        queue_name: str,
+        *,
+        segment: Segment | str,
+        after: Cursor | None = None,
+        before: Cursor | None = None,
+        count: int = 50,
+        newest_first: bool | None = None,
+    ) -> KeysetPage:
+        """Return the page of a segment after (or before) a cursor, merged over partitions in queue order.
+
+        One script call per partition, whatever the depth: each returns its first `count`
+        entries past the cursor. A cursor is the (score, id) of the last entry of the page
+        before (`after`) or the first of the page after (`before`); neither starts at the head.
+        """
+        segment = Segment.parse(segment)
+        if count < 1 or (after is not None and before is not None):
+            raise ValueError("peek_page needs count >= 1 and at most one of after and before.")
+        newest_first = segment in NEWEST_FIRST if newest_first is None else newest_first
+        backward = before is not None
+        cursor = before if backward else after
+        walk = newest_first != backward
+        # One more than a page from each, so "is there a next page" is known, not guessed.
+        replies = [s.peek_after(queue_name, segment, cursor, count + 1, walk) for s in self._partition_scripts()]
+        rows, more = merge_rows([(reply, 2) for reply in replies], walk, count)
+        if backward:
+            rows.reverse()
+        items = [self._peeked(queue_name, segment, row) for row in rows]
+        if segment is Segment.DEFERRED:
+            items = _with_run_after(items, [codec.moment(row[8]) for row in rows])
+        edges = [(row[8].decode(), row[0].decode()) for row in (rows[0], rows[-1])] if rows else []
+        has_next = (more if not backward else True) and bool(rows)
+        has_previous = (cursor is not None if not backward else more) and bool(rows)
+        return KeysetPage(
+            items,
+            sum(int(reply[0]) for reply in replies),
+            next_cursor=edges[1] if edges and has_next else None,
+            previous_cursor=edges[0] if edges and has_previous else None,
+        )
 
     def _peeked(self, queue_name: str, segment: Segment, row: list) -> TaskResult | UnreadableTask:
         task_id = row[0].decode()
@@ -158,16 +233,24 @@ class RedisTooling:
     @translate_errors
     def queue_names(self) -> list[str]:
         """Return every configured queue and every queue a task was enqueued on, sorted."""
-        stored = {q.decode() for q in self.client.smembers(self.keys.queues())}
+        pipe = self.client.pipeline(transaction=False)
+        for partition in self.covered_partitions():
+            pipe.smembers(self.keys_for(partition).queues())
+        stored = {q.decode() for members in pipe.execute() for q in members}
         return sorted(stored | set(self.queues))
 
     def pause(self, queue_name: str, *, by: str = "") -> bool:
-        """Stop workers acquiring the queue's tasks (enqueues still land); False when it was paused already."""
-        return bool(self.scripts.pause(queue_name, by))
+        """Stop workers acquiring the queue's tasks (enqueues still land); False when it was paused already.
+
+        Each partition has its own copy of the paused queues (acquire reads it in its slot): partition 0's answers.
+        """
+        answers = [bool(scripts.pause(queue_name, by)) for scripts in self._partition_scripts()]
+        return answers[0]
 
     def resume(self, queue_name: str) -> bool:
         """Let workers acquire the queue's tasks again; False when it was not paused."""
-        return bool(self.scripts.resume(queue_name))
+        answers = [bool(scripts.resume(queue_name)) for scripts in self._partition_scripts()]
+        return answers[0]
 
     @translate_errors
     def paused_queues(self) -> dict[str, PausedQueue]:
@@ -263,12 +346,14 @@ class RedisTooling:
     def queue_stats(self) -> dict[str, dict[Segment, int]]:
         """Return, for every queue, the number of tasks in each segment."""
         names = self.queue_names()
+        partitions = [self.keys_for(p) for p in self.covered_partitions()]
         pipe = self.client.pipeline(transaction=False)
         for name in names:
             for segment in Segment:
-                pipe.zcard(self.keys.segment(name, segment))
+                for keys in partitions:
+                    pipe.zcard(keys.segment(name, segment))
         counts = iter(pipe.execute())
-        return {name: {segment: next(counts) for segment in Segment} for name in names}
+        return {name: {segment: sum(next(counts) for _ in partitions) for segment in Segment} for name in names}
 
     @translate_errors
     def oldest_ready_enqueued_at(self, queue_names: Sequence[str]) -> dict[str, datetime | None]:
@@ -277,15 +362,18 @@ class RedisTooling:
         Reads the head and tail of the ready set only (two entries, whatever its depth):
         exact when the queue uses one or two priorities, a lower bound on age otherwise.
         """
+        partitions = [self.keys_for(p) for p in self.covered_partitions()]
         pipe = self.client.pipeline(transaction=False)
         for name in queue_names:
-            key = self.keys.segment(name, Segment.READY)
-            pipe.zrange(key, 0, 0, withscores=True)
-            pipe.zrange(key, -1, -1, withscores=True)
+            for keys in partitions:
+                key = keys.segment(name, Segment.READY)
+                pipe.zrange(key, 0, 0, withscores=True)
+                pipe.zrange(key, -1, -1, withscores=True)
         replies = pipe.execute()
+        width = 2 * len(partitions)
         out: dict[str, datetime | None] = {}
         for index, name in enumerate(queue_names):
-            rows = replies[2 * index] + replies[2 * index + 1]
+            rows = [row for reply in replies[width * index : width * (index + 1)] for row in reply]
             oldest = min((int(score) % PRIORITY_BAND for _, score in rows), default=None)
             out[name] = None if oldest is None else datetime.fromtimestamp(oldest / 1000, UTC)
         return out
@@ -301,34 +389,51 @@ class RedisTooling:
         current = int((time.time() if now is None else now) // 60)
         span = range(current - minutes + 1, current + 1)
         series = ("ingress", "egress", "failed", "latency")
-        values = self.client.mget([self.keys.throughput(queue_name, name, m) for name in series for m in span])
-        enqueued, finished, failed, latency = (values[i * minutes : (i + 1) * minutes] for i in range(len(series)))
+        sums = {name: [0] * minutes for name in series[:3]}
+        latency: list[int | None] = [None] * minutes
+        for partition in self.covered_partitions():
+            keys = self.keys_for(partition)
+            values = self.client.mget([keys.throughput(queue_name, name, m) for name in series for m in span])
+            for i, name in enumerate(series[:3]):
+                sums[name] = [a + int(v or 0) for a, v in zip(sums[name], values[i * minutes : (i + 1) * minutes])]
+            for i, v in enumerate(values[3 * minutes :]):
+                if v is not None:
+                    latency[i] = max(int(v), latency[i] or 0)
         return {
-            "enqueued": [int(v or 0) for v in enqueued],
-            "finished": [int(v or 0) for v in finished],
-            "failed": [int(v or 0) for v in failed],
-            "latency_s": [None if v is None else int(v) / 1000 for v in latency],
+            "enqueued": sums["ingress"],
+            "finished": sums["egress"],
+            "failed": sums["failed"],
+            "latency_s": [None if v is None else v / 1000 for v in latency],
         }
 
     @translate_errors
     def totals(self) -> dict[str, dict[str, int]]:
         """Return each queue's monotonic counters since first use: enqueued, finished (any outcome), failed."""
         names = self.queue_names()
+        partitions = [self.keys_for(p) for p in self.covered_partitions()]
         pipe = self.client.pipeline(transaction=False)
         for name in names:
-            pipe.hmget(self.keys.totals(name), ("enqueued", "finished", "failed"))
-        return {
-            name: dict(zip(("enqueued", "finished", "failed"), (int(v or 0) for v in row), strict=True))
-            for name, row in zip(names, pipe.execute(), strict=True)
-        }
+            for keys in partitions:
+                pipe.hmget(keys.totals(name), ("enqueued", "finished", "failed"))
+        rows = iter(pipe.execute())
+        out = {}
+        for name in names:
+            sums = [0, 0, 0]
+            for _ in partitions:
+                sums = [a + int(v or 0) for a, v in zip(sums, next(rows), strict=True)]
+            out[name] = dict(zip(("enqueued", "finished", "failed"), sums, strict=True))
+        return out
 
     @translate_errors
     def throughput(self, queue_name: str, *, minutes: int = 60, now: float | None = None) -> dict[str, list[int]]:
         """Return tasks in (`ingress`) and out (`egress`) of a queue per minute, oldest first."""
         current = int((time.time() if now is None else now) // 60)
         span = range(current - minutes + 1, current + 1)
-        keys = [self.keys.throughput(queue_name, d, m) for d in ("ingress", "egress") for m in span]
-        values = [int(v or 0) for v in self.client.mget(keys)]
+        values = [0] * (2 * minutes)
+        for partition in self.covered_partitions():
+            keys = self.keys_for(partition)
+            names = [keys.throughput(queue_name, d, m) for d in ("ingress", "egress") for m in span]
+            values = [a + int(v or 0) for a, v in zip(values, self.client.mget(names), strict=True)]
         return {"ingress": values[:minutes], "egress": values[minutes:]}
 
     # -- console tooling (see threadmill.api) ------------------------------------------
@@ -355,22 +460,34 @@ class RedisTooling:
         if offset < 0 or count < 1:
             raise ValueError("peek_matching needs offset >= 0 and count >= 1.")
         newest_first = segment in NEWEST_FIRST if newest_first is None else newest_first
-        if needles:
-            reply = self.scripts.peek_matching(queue_name, segment, offset, count, newest_first, scan_limit, needles)
-            first_row, complete = 3, bool(int(reply[1]))
+        if len(self.covered_partitions()) == 1:
+            if needles:
+                reply = self.scripts.peek_matching(
+                    queue_name, segment, offset, count, newest_first, scan_limit, needles
+                )
+                first_row, complete = 3, bool(int(reply[1]))
+            else:
+                # Nothing to match: a plain page read by rank, at any depth.
+                reply = self.scripts.peek(queue_name, segment, offset, count, newest_first)
+                first_row, complete = 2, True
+            rows, total = [reply[i : i + 9] for i in range(first_row, len(reply), 9)], int(reply[0])
         else:
-            # Nothing to match: a plain page read by rank, at any depth.
-            reply = self.scripts.peek(queue_name, segment, offset, count, newest_first)
-            first_row, complete = 2, True
-        items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(first_row, len(reply), 9)]
+            # Every partition's first offset + count matches, merged in queue order.
+            replies = [
+                s.peek_matching(queue_name, segment, 0, offset + count, newest_first, scan_limit, needles)
+                if needles
+                else s.peek(queue_name, segment, 0, offset + count, newest_first)
+                for s in self._partition_scripts()
+            ]
+            first_row = 3 if needles else 2
+            complete = all(bool(int(reply[1])) for reply in replies) if needles else True
+            rows = merge_rows([(reply, first_row) for reply in replies], newest_first, offset + count)[0][offset:]
+            total = sum(int(reply[0]) for reply in replies)
+        items = [self._peeked(queue_name, segment, row) for row in rows]
         if segment is Segment.DEFERRED:
             # A deferred task's score is when it runs (a retry's backoff, not the task's own run_after).
-            scores = [codec.moment(reply[i + 8]) for i in range(first_row, len(reply), 9)]
-            items = [
-                item if isinstance(item, UnreadableTask) else replace(item, task=item.task.using(run_after=at))
-                for item, at in zip(items, scores, strict=True)
-            ]
-        return Page(items, int(reply[0])), complete
+            items = _with_run_after(items, [codec.moment(row[8]) for row in rows])
+        return Page(items, total), complete
 
     def requeue_many(
         self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str], force: bool = False
@@ -399,27 +516,59 @@ class RedisTooling:
         segment = Segment.parse(segment)
         window, newest_first = self.options.batch_size, segment in NEWEST_FIRST
         moved: list[str] = []
-        cursor = (b"", b"")
-        while entries := self.scripts.scan(queue_name, segment, cursor, window, newest_first):
-            ids = [task_id.decode() for task_id, _ in entries]
-            moved += self._requeue_batch(queue_name, segment, ids, needles, force, "requeue_matching")
-            if len(entries) < window:
-                break
-            cursor = (entries[-1][1], entries[-1][0])
+        for scripts in self._partition_scripts():
+            cursor = (b"", b"")
+            while entries := scripts.scan(queue_name, segment, cursor, window, newest_first):
+                ids = [task_id.decode() for task_id, _ in entries]
+                moved += self._requeue_batch(queue_name, segment, ids, needles, force, "requeue_matching")
+                if len(entries) < window:
+                    break
+                cursor = (entries[-1][1], entries[-1][0])
         return moved
 
     def live_leases(self, queue_name: str, task_ids: Iterable[str]) -> list[str]:
         """Return those of the given tasks running under a live lease: the ones requeue_many skips without force."""
-        ids = list(task_ids)
-        return self.scripts.live_leases(queue_name, ids, self.options.worker_timeout) if ids else []
+        live: list[str] = []
+        silent = None
+        for partition, ids in by_partition(task_ids, str).items():
+            if partition and silent is None:
+                silent = self.silent_workers()
+            scripts = self.scripts_for(partition)
+            live += scripts.live_leases(
+                queue_name, ids, self.options.worker_timeout, list(silent or ()) if partition else None
+            )
+        return live
+
+    @translate_errors
+    def silent_workers(self) -> dict[str, float]:
+        """Return the workers whose last heartbeat is older than `worker_timeout` by partition 0's clock, with its age.
+
+        Scripts on other partitions take them in ARGV: their slot does not hold the workers set.
+        """
+        pipe = self.client_for(self.keys.workers()).pipeline(transaction=False)
+        pipe.time()
+        pipe.zrangebyscore(self.keys.workers(), "-inf", "+inf", withscores=True)
+        (seconds, micros), entries = pipe.execute()
+        now = seconds + micros / 1e6
+        return {name.decode(): now - beat for name, beat in entries if beat < now - self.options.worker_timeout}
 
     def _requeue_batch(
         self, queue_name: str, segment: Segment, ids: list[str], needles: Sequence[str], force: bool, by: str
     ) -> list[str]:
+        moved: list[str] = []
+        for partition, group in by_partition(ids, str).items():
+            moved += self._requeue_partition(partition, queue_name, segment, group, needles, force, by)
+        return moved
+
+    def _requeue_partition(
+        self, partition: int, queue_name: str, segment: Segment, ids: list[str], needles, force: bool, by: str
+    ) -> list[str]:
         timeout = self.options.worker_timeout
+        scripts = self.scripts_for(partition)
+        silent = list(self.silent_workers()) if partition and segment is Segment.RUNNING else None
         if segment is not Segment.RUNNING:
             entries = [(task_id, "", "") for task_id in ids]
-            return self.scripts.requeue_many(queue_name, segment, entries, needles, force, timeout)[0]
+            return scripts.requeue_many(queue_name, segment, entries, needles, force, timeout, silent)[0]
         by = f"{by} (forced)" if force else f"{by} (its lease overdue or its worker silent)"
         moved: list[str] = []
         # The fence refuses a task leased again since it was read; read it again, a few times.
@@ -427,7 +576,7 @@ class RedisTooling:
             entries = self._abandoned_entries(queue_name, ids, needles, by)
             if not entries:
                 break
-            done, ids = self.scripts.requeue_many(queue_name, segment, entries, needles, force, timeout)
+            done, ids = scripts.requeue_many(queue_name, segment, entries, needles, force, timeout, silent)
             moved += done
             if not ids:
                 break
@@ -439,7 +588,7 @@ class RedisTooling:
         """Read running tasks and return (id, lease token, document with the abandoned attempt) for each."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in task_ids:
-            pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
+            pipe.hmget(self.task_keys(task_id).task(task_id), TASK_FIELDS)
         encoded = [needle.encode() for needle in needles]
         entries = []
         for task_id, fields in zip(task_ids, translate_errors(pipe.execute)(), strict=True):
@@ -484,22 +633,25 @@ class RedisTooling:
     @translate_errors
     def in_segment(self, queue_name: str, segment: Segment | str, task_ids: Sequence[str]) -> list[str]:
         """Return those of the given task ids that are in one segment of a queue now."""
-        if not task_ids:
-            return []
-        scores = self.client.zmscore(self.keys.segment(queue_name, Segment.parse(segment)), list(task_ids))
-        return [task_id for task_id, score in zip(task_ids, scores, strict=True) if score is not None]
+        segment = Segment.parse(segment)
+        present: set[str] = set()
+        for partition, ids in by_partition(task_ids, str).items():
+            scores = self.client.zmscore(self.keys_for(partition).segment(queue_name, segment), ids)
+            present.update(task_id for task_id, score in zip(ids, scores, strict=True) if score is not None)
+        return [task_id for task_id in task_ids if task_id in present]
 
     @translate_errors
     def peek_task(self, task_id: str) -> ThreadmillTaskResult | UnreadableTask:
         """Return one task in whatever segment it is, an unreadable one as stored; TaskResultDoesNotExist if none."""
-        fields = self.client.hmget(self.keys.task(task_id), ("queue", "segment"))
+        keys = self.task_keys(task_id)
+        fields = self.client.hmget(keys.task(task_id), ("queue", "segment"))
         if fields[0] is None:
             raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
         queue_name, segment = fields[0].decode(), Segment(fields[1].decode())
         pipe = self.client.pipeline(transaction=False)
-        pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
-        pipe.get(self.keys.result(task_id))
-        pipe.zscore(self.keys.segment(queue_name, segment), task_id)
+        pipe.hmget(keys.task(task_id), TASK_FIELDS)
+        pipe.get(keys.result(task_id))
+        pipe.zscore(keys.segment(queue_name, segment), task_id)
         fields, old_layout_result, score = pipe.execute()
         data, _, _, started_at, worker, lease_started, token, read_error, stored_result = fields
         stored_result = stored_result or old_layout_result

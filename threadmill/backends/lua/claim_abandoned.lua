@@ -4,7 +4,7 @@
 -- broker cannot claim it too and a late acknowledgement from the lost worker is fenced out.
 -- Dead workers whose heartbeat is older than forget_after are dropped from the workers set:
 -- by then every lease they held has expired and belongs to the reaper.
--- KEYS[1] (zset)   workers by last heartbeat, server epoch seconds
+-- KEYS[1] (zset)   workers by last heartbeat, server epoch seconds (unread when ARGV[7] is given)
 -- KEYS[2] (zset)   running segment of one queue (score: lease deadline)
 -- KEYS[3] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
 -- ARGV[1] (number) worker_timeout, seconds
@@ -13,19 +13,27 @@
 -- ARGV[4] (number) the most running entries to look at
 -- ARGV[5] (number) claim window, seconds
 -- ARGV[6] (string) fencing token base; each claim's token is base .. ':' .. i
+-- ARGV[7] (string) optional: "=" and the dead workers as `name<TAB>heartbeat age` lines, read by the
+--                  caller from partition 0 (a partition other than 0 does not hold the workers set)
 -- Returns: {server_seconds, id1, data1 or false, lease_worker1, lease_started_at1, started_at1, token1,
 --           heartbeat_age1, id2, ...}
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local out = {time[1]}
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[2])))
-local dead_list = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[1])), 'WITHSCORES')
-if #dead_list == 0 then
-  return out
-end
 local dead = {}
-for i = 1, #dead_list, 2 do
-  dead[dead_list[i]] = now - tonumber(dead_list[i + 1])
+if ARGV[7] and ARGV[7] ~= '' then
+  for name, age in string.gmatch(string.sub(ARGV[7], 2), '([^\t\n]+)\t([^\n]+)') do
+    dead[name] = tonumber(age)
+  end
+else
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[2])))
+  local dead_list = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[1])), 'WITHSCORES')
+  for i = 1, #dead_list, 2 do
+    dead[dead_list[i]] = now - tonumber(dead_list[i + 1])
+  end
+end
+if next(dead) == nil then
+  return out
 end
 local limit = tonumber(ARGV[3])
 local running = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[4]) - 1)

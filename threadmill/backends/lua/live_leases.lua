@@ -4,21 +4,35 @@
 -- (a worker with no heartbeat counts as alive). Without force, requeue_many skips these.
 -- KEYS[1] (zset)   the queue's running segment (score: lease deadline)
 -- KEYS[2] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
--- KEYS[3] (zset)   worker names by last heartbeat, server epoch seconds
+-- KEYS[3] (zset)   worker names by last heartbeat, server epoch seconds (unread when ARGV[2] is given)
 -- ARGV[1] (number) worker timeout, seconds
--- ARGV[2..n] (string) task ids
+-- ARGV[2] (string) "" to read heartbeats from KEYS[3]; else "=" and the silent workers' names, one a line
+-- ARGV[3..n] (string) task ids
 -- Returns: {id1, id2, ...} those of the ids running under a live lease, in the order given
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local timeout = tonumber(ARGV[1])
+local given_silent = nil
+if ARGV[2] ~= '' then
+  given_silent = {}
+  for name in string.gmatch(string.sub(ARGV[2], 2), '[^\n]+') do
+    given_silent[name] = true
+  end
+end
 local out = {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local id = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], id)
   if deadline and tonumber(deadline) >= now then
     local worker = redis.call('HGET', KEYS[2] .. id, 'lease_worker')
-    local beat = worker and redis.call('ZSCORE', KEYS[3], worker)
-    if not (beat and tonumber(beat) < now - timeout) then
+    local silent
+    if given_silent then
+      silent = worker and given_silent[worker]
+    else
+      local beat = worker and redis.call('ZSCORE', KEYS[3], worker)
+      silent = beat and tonumber(beat) < now - timeout
+    end
+    if not silent then
       out[#out + 1] = id
     end
   end

@@ -10,22 +10,31 @@
 -- KEYS[2] (prefix) result prefix of an older layout (1), read where the hash has no `result` field
 -- KEYS[3] (zset)   the queue's ready segment
 -- KEYS[4] (zset)   the source segment (deferred, running, successful, failed or unreadable)
--- KEYS[5] (zset)   worker names by last heartbeat, server epoch seconds
+-- KEYS[5] (zset)   worker names by last heartbeat, server epoch seconds (unread when ARGV[4] is given)
 -- KEYS[6] (list)   the queue's wake list: one token wakes an idle worker when tasks moved
 -- ARGV[1] (string) the source segment's name; a task in another segment or queue is left alone
 -- ARGV[2] (string) "1" to move a running task even when its lease is live
 -- ARGV[3] (number) worker timeout, seconds
--- ARGV[4] (number) k, the number of needles
--- ARGV[5..4+k] (string) needles, each matched as plain text against the result document, else
+-- ARGV[4] (string) "" to read heartbeats from KEYS[5]; else "=" and the silent workers' names, one
+--                  a line (a partition other than 0, whose slot does not hold the workers set)
+-- ARGV[5] (number) k, the number of needles
+-- ARGV[6..5+k] (string) needles, each matched as plain text against the result document, else
 --                       the stored payload (for unreadable tasks, also the read error)
--- ARGV[5+k..] (string) triples: task id, the lease token it was read under ("" none), and its new
+-- ARGV[6+k..] (string) triples: task id, the lease token it was read under ("" none), and its new
 --                      document ("" to keep the result document or the stored payload)
 -- Returns: {moved, id1, ..., id_moved, refused1, ...}: how many moved, the ids that moved, then
 --          the running ids the fence refused (leased again, or sent without a token)
 local source = ARGV[1]
 local force = ARGV[2] == '1'
 local timeout = tonumber(ARGV[3])
-local k = tonumber(ARGV[4])
+local k = tonumber(ARGV[5])
+local given_silent = nil
+if ARGV[4] ~= '' then
+  given_silent = {}
+  for name in string.gmatch(string.sub(ARGV[4], 2), '[^\n]+') do
+    given_silent[name] = true
+  end
+end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -38,7 +47,7 @@ local function matches(key, id)
   end
   local f = redis.call('HMGET', key, 'data', 'read_error', 'result')
   local text = (f[3] or redis.call('GET', KEYS[2] .. id) or f[1] or '') .. '\n' .. (f[2] or '')
-  for i = 5, 4 + k do
+  for i = 6, 5 + k do
     if not string.find(text, ARGV[i], 1, true) then
       return false
     end
@@ -52,11 +61,14 @@ local function live(id, worker)
   if deadline and tonumber(deadline) < now then
     return false
   end
+  if given_silent then
+    return not (worker and given_silent[worker])
+  end
   local beat = worker and redis.call('ZSCORE', KEYS[5], worker)
   return not (beat and tonumber(beat) < now - timeout)
 end
 
-for i = 5 + k, #ARGV, 3 do
+for i = 6 + k, #ARGV, 3 do
   local id, token, document = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local key = KEYS[1] .. id
   local f = redis.call('HMGET', key, 'segment', 'score', 'lease_token', 'lease_worker', 'result')
