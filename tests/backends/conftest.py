@@ -43,4 +43,3 @@ def finish(backend, result, return_value=None) -> bool:
     """Mark a leased result successful and acknowledge it."""
     mark_successful(result, datetime.now(UTC))
     return backend.acknowledge(result, return_value)
-

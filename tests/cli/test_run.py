@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import selectors
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.inspector.live import ROOT, free_port
+from tests.output import LineReader
 
 #: Seconds the run command may take to print its URL.
 START_TIMEOUT_S = 60.0
@@ -34,27 +33,23 @@ class Run:
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
-        self.lines: list[str] = []
+        self.output = LineReader(self.process.stdout)
+
+    @property
+    def lines(self) -> list[str]:
+        return [line.strip() for line in self.output.lines]
 
     def wait_for_url(self) -> str:
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if selector.select(timeout=0.5):
-                line = self.process.stdout.readline()
-                if not line:
-                    break
-                self.lines.append(line.strip())
-                if line.startswith("Threadmill console: "):
-                    return line.split()[2]
-        self.process.kill()
-        raise AssertionError(f"no URL printed; output: {self.lines}")
+        line = self.output.wait_for("Threadmill console: ", START_TIMEOUT_S)
+        if line is None:
+            self.process.kill()
+            raise AssertionError(f"no URL printed; output: {self.lines}")
+        return line.split()[2]
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(60)
-        self.lines += [line.strip() for line in self.process.stdout.read().splitlines()]
+        self.output.wait_closed(10)
         return code
 
 

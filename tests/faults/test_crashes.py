@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from django.tasks import TaskResultStatus
 
 from tests import tasks
 from tests.faults.conftest import FAULT_TIMEOUTS, SLACK_S, Tally, kill_if_same, wait_for, wait_for_drain
+from tests.output import LineReader
 from tests.worker.conftest import ROOT
 from threadmill.backends.base import Segment
 from threadmill.embedded import free_port
@@ -133,27 +133,21 @@ class RunCommand:
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        self.lines: list[str] = []
+        self.output = LineReader(self.process.stdout)
         self.started: dict[int, float] = {}
 
+    @property
+    def lines(self) -> list[str]:
+        return self.output.lines
+
     def wait_for_url(self, timeout: float = 60.0) -> None:
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if selector.select(timeout=0.5):
-                line = self.process.stdout.readline()
-                if not line:
-                    break
-                self.lines.append(line.rstrip())
-                if line.startswith("Threadmill console: "):
-                    return
-        pytest.fail(f"threadmill run printed no URL: {self.lines}")
+        if self.output.wait_for("Threadmill console: ", timeout) is None:
+            pytest.fail(f"threadmill run printed no URL: {self.lines}")
 
     def alive(self) -> bool:
         """Fail the test at once, with everything `run` printed, if it exited."""
         if self.process.poll() is not None:
-            self.lines += [line.rstrip() for line in self.process.stdout.read().splitlines()]
+            self.output.wait_closed(10)
             pytest.fail(f"threadmill run exited with code {self.process.returncode}:\n" + "\n".join(self.lines))
         return True
 
