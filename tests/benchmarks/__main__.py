@@ -61,6 +61,13 @@ def parse() -> argparse.Namespace:
         "--pool-workers", type=int, default=10, help="worker processes of the idle pool measured at rest (0 skips it)"
     )
     parser.add_argument("--batch", type=int, default=100, help="tasks per enqueue_many call (default 100)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        nargs="+",
+        default=[1, 6],
+        help="the backend option `partitions` settings the cluster drain compares (default 1 6)",
+    )
     args = parser.parse_args()
     everything = not args.benchmarks
     args.benchmarks = args.benchmarks or list(DEFAULT_BENCHMARKS)
@@ -121,7 +128,7 @@ def main() -> None:
     if "cluster" in args.benchmarks:
         from . import cluster
 
-        cluster.run(depth=args.tasks or 20_000, repeats=args.repeats or 3)
+        cluster.run(depth=args.tasks or 20_000, repeats=args.repeats or 3, partitions=tuple(args.partitions))
     if "faults" in args.benchmarks:
         from . import faults
 

@@ -5,12 +5,14 @@
 `threadmill worker --exit-empty -w 2 -t 1` and reports tasks per second (first to last
 result, as the drain benchmark does) and each shard's share of the commands and of the
 server CPU the drain cost, read from each primary's own `INFO commandstats` and process.
+It does so for each `partitions` setting asked for (1 and 6 by default), alternating them
+within each repeat so both see the same machine.
 
-Every key of an alias carries one hash tag today, so one shard carries the whole drain and
-the others only answer the client's slot-map reads: the share table is the baseline that
-issue 8's `partitions` option is measured against (with 6 partitions each of the three
-shards should carry about a third). On this 2-core machine the aggregate rate cannot grow
-with shards; the shares show whether it would on three machines.
+With one partition every key of the alias carries one hash tag, so one shard carries the
+whole drain and the others only answer the client's slot-map reads. With 6 partitions the
+partitions' tags are spread over the slot space (`threadmill.backends.keys.partition_tag`),
+two per shard, so each should carry about a third. On this 2-core machine the aggregate
+rate cannot grow with shards; the shares show whether it would on three machines.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import psutil
 import redis
 
 from tests.cluster import ValkeyCluster
+from threadmill.backends.keys import KeySchema
 
 from . import report
 from .server import command_stats
@@ -35,17 +38,21 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DEPTH = 20_000
 #: Seconds between two reads of the finished count.
 POLL_S = 0.02
+#: The `partitions` settings compared unless told otherwise.
+DEFAULT_PARTITIONS = (1, 6)
 WORKER = ["manage.py", "threadmill", "worker", "--exit-empty", "-w", "2", "-t", "1", "-q", "default"]
 
 
-def cluster_env(cluster: ValkeyCluster) -> dict[str, str]:
+def cluster_env(cluster: ValkeyCluster, partitions: int) -> dict[str, str]:
     env = {**os.environ, "THREADMILL_TEST_REDIS_URL": cluster.url, "THREADMILL_TEST_CLUSTER": "1"}
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["THREADMILL_TEST_PARTITIONS"] = str(partitions)
     return env
 
 
-def finished(client: redis.cluster.RedisCluster) -> int:
-    return client.zcard("threadmill:{default}:default:successful")
+def finished(client: redis.cluster.RedisCluster, partitions: int) -> int:
+    """Tasks in the successful segment of every partition (one ZCARD each)."""
+    return sum(client.zcard(KeySchema("default", p).segment("default", "successful")) for p in range(partitions))
 
 
 def node_cpu_s(cluster: ValkeyCluster) -> dict[int, float]:
@@ -57,10 +64,12 @@ def node_cpu_s(cluster: ValkeyCluster) -> dict[int, float]:
     return cpu
 
 
-def drain_once(cluster: ValkeyCluster, client: redis.cluster.RedisCluster, depth: int) -> dict[str, Any]:
+def drain_once(
+    cluster: ValkeyCluster, client: redis.cluster.RedisCluster, depth: int, partitions: int
+) -> dict[str, Any]:
     """Fill the queue, drain it with a two-process pool, and return the rate and each shard's share."""
     cluster.flush()
-    env = cluster_env(cluster)
+    env = cluster_env(cluster, partitions)
     subprocess.run(
         [sys.executable, "-m", "tests.benchmarks.enqueue", "threadmill", str(depth)], cwd=ROOT, env=env, check=True
     )
@@ -74,7 +83,7 @@ def drain_once(cluster: ValkeyCluster, client: redis.cluster.RedisCluster, depth
     deadline = time.monotonic() + depth / 100 + 120
     try:
         while True:
-            done, now = finished(client), time.perf_counter()
+            done, now = finished(client, partitions), time.perf_counter()
             if done and first is None:
                 first = (done, now)
             if done >= depth:
@@ -102,19 +111,39 @@ def drain_once(cluster: ValkeyCluster, client: redis.cluster.RedisCluster, depth
     }
 
 
-def run(depth: int = DEFAULT_DEPTH, repeats: int = 3) -> dict[str, Any]:
-    """Drain the cluster `repeats` times; print and write the median rate and the shard shares."""
+def run(depth: int = DEFAULT_DEPTH, repeats: int = 3, partitions: tuple[int, ...] = DEFAULT_PARTITIONS) -> dict:
+    """Drain the cluster `repeats` times per partitions setting; print and write the medians and shard shares."""
     cluster = ValkeyCluster(primaries=3).start()
+    runs: dict[int, list[dict[str, Any]]] = {p: [] for p in partitions}
     try:
         client = redis.cluster.RedisCluster.from_url(cluster.url)
-        runs = []
         for repeat in range(repeats):
-            figures = drain_once(cluster, client, depth)
-            runs.append(figures)
-            print(f"[{repeat + 1}/{repeats}] partitions 1: {figures['tasks_per_s']:,.0f} tasks/s", flush=True)
+            for count in partitions:
+                figures = drain_once(cluster, client, depth, count)
+                runs[count].append(figures)
+                print(f"[{repeat + 1}/{repeats}] partitions {count}: {figures['tasks_per_s']:,.0f} tasks/s", flush=True)
         version = client.info("server", target_nodes=client.get_random_node())
     finally:
         cluster.stop()
+    rows = [_row(count, depth, runs[count]) for count in partitions]
+    print(
+        f"\ncluster drain, 3 primaries, {depth:,} tasks, threadmill -w 2 -t 1 "
+        f"(valkey {version.get('valkey_version')}, median of {repeats})"
+    )
+    print("| partitions | tasks/s | server CPU/task | cmds/task | shard 1 cmds/CPU | shard 2 | shard 3 |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        shares = " | ".join(f"{s['command_share']:.0%} / {s['cpu_share']:.0%}" for s in row["shards"])
+        print(
+            f"| {row['partitions']} | {row['tasks_per_s']:,.0f} | {row['server_cpu_us_per_task']:.0f} us | "
+            f"{row['commands_per_task']:.1f} | {shares} |"
+        )
+    figures = {"repeats": repeats, "rows": rows}
+    print(f"\nwrote {report.write_results('cluster', figures)}")
+    return figures
+
+
+def _row(partitions: int, depth: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     shards = [
         {
             "shard": i + 1,
@@ -123,8 +152,8 @@ def run(depth: int = DEFAULT_DEPTH, repeats: int = 3) -> dict[str, Any]:
         }
         for i in range(3)
     ]
-    row = {
-        "partitions": 1,
+    return {
+        "partitions": partitions,
         "workers": "-w 2 -t 1",
         "depth": depth,
         "tasks_per_s": round(report.median([r["tasks_per_s"] for r in runs]), 1),
@@ -133,13 +162,3 @@ def run(depth: int = DEFAULT_DEPTH, repeats: int = 3) -> dict[str, Any]:
         "shards": shards,
         "runs": runs,
     }
-    print(
-        f"\ncluster drain, 3 primaries, {depth:,} tasks, threadmill -w 2 -t 1 (valkey {version.get('valkey_version')}, median of {repeats})"
-    )
-    shares = "  ".join(f"shard {s['shard']}: {s['command_share']:.0%} cmds, {s['cpu_share']:.0%} CPU" for s in shards)
-    print(
-        f"partitions 1: {row['tasks_per_s']:,.0f} tasks/s, {row['server_cpu_us_per_task']:.0f} us server CPU per task; {shares}"
-    )
-    figures = {"repeats": repeats, "rows": [row]}
-    print(f"\nwrote {report.write_results('cluster', figures)}")
-    return figures
