@@ -1,0 +1,44 @@
+"""The console's telemetry hub on a partitioned alias: it hears task events from every partition's channel."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.tasks import task_backends
+
+from tests.tasks import echo
+from threadmill.backends.partitions import partition_of
+
+
+@pytest.fixture(params=["valkey", "cluster"])
+def partitioned_hub(request, settings, monkeypatch):
+    """This process's `default` alias with three partitions (one server, or the session's cluster), and a hub of its own."""
+    from threadmill.api import workers
+
+    if request.param == "cluster":
+        url, cluster = request.getfixturevalue("cluster").url, True
+    else:
+        url, cluster = request.getfixturevalue("redis_url"), False
+    default = settings.TASKS["default"]
+    options = {**default["OPTIONS"], "partitions": 3}
+    settings.TASKS = {"default": {**default, "REDIS_URL": url, "CLUSTER": cluster, "OPTIONS": options}}
+    hub = workers.TelemetryHub()
+    monkeypatch.setattr(workers, "_hub", hub)
+    yield hub
+    hub.stop()
+
+
+def test_the_hub_hears_an_enqueue_to_the_last_partition(partitioned_hub):
+    backend = task_backends["default"]
+    heard = threading.Event()
+    partitioned_hub.subscribe(lambda kind: kind == "queues" and heard.set())
+    # Until the subscription is live: each enqueue goes to partition 2, whose channel only a hub
+    # subscribed to every partition hears.
+    for _ in range(200):
+        backend._enqueue_turn = 1
+        result = echo.enqueue("to partition 2")
+        assert partition_of(result.id) == 2
+        if heard.wait(0.05):
+            break
+    assert heard.is_set(), "the hub never heard partition 2's channel"
