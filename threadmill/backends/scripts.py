@@ -11,6 +11,7 @@ import copy
 import functools
 import hashlib
 import os
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from importlib.resources import files
@@ -45,8 +46,16 @@ UNREACHABLE_ERRORS = (
 )
 
 
+#: A line of a script that stands for a file of `lua/lib/` (shared local functions), as `-- include: keyset`.
+_INCLUDE = re.compile(r"^-- include: (\w+)$", re.MULTILINE)
+
+
 def _source(name: str) -> str:
-    return files("threadmill.backends").joinpath("lua", f"{name}.lua").read_text()
+    """Return a script's source with each `-- include: <lib>` line replaced by `lua/lib/<lib>.lua`."""
+    lua = files("threadmill.backends").joinpath("lua")
+    return _INCLUDE.sub(
+        lambda m: lua.joinpath("lib", f"{m.group(1)}.lua").read_text(), lua.joinpath(f"{name}.lua").read_text()
+    )
 
 
 def translate_errors(method):

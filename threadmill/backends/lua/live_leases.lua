@@ -9,32 +9,17 @@
 -- ARGV[2] (string) "" to read heartbeats from KEYS[3]; else "=" and the silent workers' names, one a line
 -- ARGV[3..n] (string) task ids
 -- Returns: {id1, id2, ...} those of the ids running under a live lease, in the order given
+-- include: silent
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local timeout = tonumber(ARGV[1])
-local given_silent = nil
-if ARGV[2] ~= '' then
-  given_silent = {}
-  for name in string.gmatch(string.sub(ARGV[2], 2), '[^\n]+') do
-    given_silent[name] = true
-  end
-end
+local silent = silent_check(ARGV[2], KEYS[3], now, timeout)
 local out = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], id)
-  if deadline and tonumber(deadline) >= now then
-    local worker = redis.call('HGET', KEYS[2] .. id, 'lease_worker')
-    local silent
-    if given_silent then
-      silent = worker and given_silent[worker]
-    else
-      local beat = worker and redis.call('ZSCORE', KEYS[3], worker)
-      silent = beat and tonumber(beat) < now - timeout
-    end
-    if not silent then
-      out[#out + 1] = id
-    end
+  if deadline and tonumber(deadline) >= now and not silent(redis.call('HGET', KEYS[2] .. id, 'lease_worker')) then
+    out[#out + 1] = id
   end
 end
 return out

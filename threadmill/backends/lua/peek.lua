@@ -7,6 +7,7 @@
 -- ARGV[3] (string) "1" for newest first (highest score first)
 -- Returns: {total, server_seconds, id1, data1, result1, started_at1, lease_worker1,
 --           lease_started_at1, lease_token1, read_error1, score1, id2, ...}; absent values are false
+-- include: rows
 local total = redis.call('ZCARD', KEYS[1])
 local first = tonumber(ARGV[1])
 local last = first + tonumber(ARGV[2]) - 1
@@ -18,18 +19,4 @@ else
 end
 local time = redis.call('TIME')
 local out = {total, time[1] .. '.' .. string.format('%06d', tonumber(time[2]))}
-for i = 1, #ids, 2 do
-  local id = ids[i]
-  local f = redis.call('HMGET', KEYS[2] .. id, 'data', 'started_at', 'lease_worker', 'lease_started_at',
-    'lease_token', 'read_error', 'result')
-  out[#out + 1] = id
-  out[#out + 1] = f[1]
-  out[#out + 1] = f[7] or redis.call('GET', KEYS[3] .. id)
-  out[#out + 1] = f[2]
-  out[#out + 1] = f[3]
-  out[#out + 1] = f[4]
-  out[#out + 1] = f[5]
-  out[#out + 1] = f[6]
-  out[#out + 1] = ids[i + 1]
-end
-return out
+return append_rows(out, ids, KEYS[2], KEYS[3])

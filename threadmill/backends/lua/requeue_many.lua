@@ -24,20 +24,15 @@
 --                      document ("" to keep the result document or the stored payload)
 -- Returns: {moved, id1, ..., id_moved, refused1, ...}: how many moved, the ids that moved, then
 --          the running ids the fence refused (leased again, or sent without a token)
+-- include: silent
 local source = ARGV[1]
 local force = ARGV[2] == '1'
 local timeout = tonumber(ARGV[3])
 local k = tonumber(ARGV[5])
-local given_silent = nil
-if ARGV[4] ~= '' then
-  given_silent = {}
-  for name in string.gmatch(string.sub(ARGV[4], 2), '[^\n]+') do
-    given_silent[name] = true
-  end
-end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local silent = silent_check(ARGV[4], KEYS[5], now, timeout)
 local moved = {}
 local refused = {}
 
@@ -61,11 +56,7 @@ local function live(id, worker)
   if deadline and tonumber(deadline) < now then
     return false
   end
-  if given_silent then
-    return not (worker and given_silent[worker])
-  end
-  local beat = worker and redis.call('ZSCORE', KEYS[5], worker)
-  return not (beat and tonumber(beat) < now - timeout)
+  return not silent(worker)
 end
 
 for i = 6 + k, #ARGV, 3 do

@@ -10,48 +10,10 @@
 -- ARGV[4] (string) "1" to walk newest first (highest score first, ids descending)
 -- Returns: {id1, score1, id2, score2, ...}; the last pair is the next cursor, fewer than ARGV[3]
 --          pairs means the walk is done
+-- include: keyset
 local key = KEYS[1]
 local rev = ARGV[4] == '1'
-local start = 0
-
--- Byte order, as the zset orders ids (Lua's own `<` follows the server's collation locale).
-local function precedes(a, b)
-  for i = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return #a < #b
-end
-
-local function member_at(rank)
-  if rev then
-    return redis.call('ZRANGE', key, rank, rank, 'REV')[1]
-  end
-  return redis.call('ZRANGE', key, rank, rank)[1]
-end
-
-if ARGV[1] ~= '' then
-  local score, after = ARGV[1], ARGV[2]
-  local lo
-  if rev then
-    lo = redis.call('ZCOUNT', key, '(' .. score, '+inf')
-  else
-    lo = redis.call('ZCOUNT', key, '-inf', '(' .. score)
-  end
-  local hi = lo + redis.call('ZCOUNT', key, score, score)
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    local member = member_at(mid)
-    if (rev and precedes(member, after)) or (not rev and precedes(after, member)) then
-      hi = mid
-    else
-      lo = mid + 1
-    end
-  end
-  start = lo
-end
+local start = keyset_start(key, rev, ARGV[1], ARGV[2])
 local stop = start + tonumber(ARGV[3]) - 1
 if rev then
   return redis.call('ZRANGE', key, start, stop, 'REV', 'WITHSCORES')
