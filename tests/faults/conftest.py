@@ -274,7 +274,7 @@ class Tally:
         """Ids of the tasks whose lease `worker` (`host:pid`) holds now, buffered or running."""
         pipe = self.backend.client.pipeline(transaction=False)
         for task_id in self.ids:
-            pipe.hmget(self.backend.keys.task(task_id), ["segment", "lease_worker"])
+            pipe.hmget(self.backend.task_keys(task_id).task(task_id), ["segment", "lease_worker"])
         leases = pipe.execute()
         return [
             i
@@ -283,7 +283,7 @@ class Tally:
         ]
 
     def segment_of(self, task_id: str) -> str:
-        return self.backend.client.hget(self.backend.keys.task(task_id), "segment").decode()
+        return self.backend.client.hget(self.backend.task_keys(task_id).task(task_id), "segment").decode()
 
     def successful(self) -> int:
         return self.segments()[Segment.SUCCESSFUL]

@@ -58,10 +58,17 @@ def failover_cluster():
         shutil.rmtree(node.data_dir, ignore_errors=True)
 
 
+@pytest.fixture(params=[1, 3], ids=["partitions-1", "partitions-3"])
+def partitions(request) -> int:
+    """The alias's `partitions`: with 3, the killed primary holds one partition and the others drain on."""
+    return request.param
+
+
 @pytest.fixture
-def on_failover_cluster(failover_cluster, settings):
+def on_failover_cluster(failover_cluster, settings, partitions):
     """Point this process's `default` backend (the one the tooling API uses) at the failover cluster."""
     options = {"lease_ttl": LEASE_TTL_S, "socket_timeout": 1, "wait_replicas": 1, "worker_timeout": 2}
+    options["partitions"] = partitions
     settings.TASKS = {
         "default": {**settings.TASKS["default"], "REDIS_URL": failover_cluster.url, "CLUSTER": True, "OPTIONS": options}
     }
@@ -91,7 +98,7 @@ def ready_count() -> int:
 
 
 def test_a_primary_killed_mid_drain_is_replaced_by_its_replica_and_every_task_runs(
-    failover_cluster, on_failover_cluster, counter, start_pool
+    failover_cluster, on_failover_cluster, counter, start_pool, partitions
 ):
     tally = Tally(on_failover_cluster, counter)
     tally.enqueue(TASKS, sleep_ms=20)
@@ -101,6 +108,7 @@ def test_a_primary_killed_mid_drain_is_replaced_by_its_replica_and_every_task_ru
         *("-w", "1", "-t", str(THREADS), "--prefetch-count", str(PREFETCH)),
         THREADMILL_TEST_CLUSTER="1",
         THREADMILL_TEST_LEASE_TTL=str(LEASE_TTL_S),
+        THREADMILL_TEST_PARTITIONS=str(partitions),
     )
     wait_for(lambda: pool.alive() and tally.successful() >= 50, lambda: f"a drain is under way ({tally.summary()})", 30)
 
@@ -130,7 +138,7 @@ def test_a_primary_killed_mid_drain_is_replaced_by_its_replica_and_every_task_ru
     twice = tally.ran_twice()
     after_acknowledgement = sorted(set(twice) & finished_before)
     print(
-        f"\nfailover: promoted {promoted - killed:.1f} s after the kill, drained {drained - promoted:.1f} s later; "
+        f"\nfailover (partitions {partitions}): promoted {promoted - killed:.1f} s after the kill, drained {drained - promoted:.1f} s later; "
         f"{len(tally.ids)} enqueued, {len(finished_before)} finished before the kill, {len(tally.ran())} ran, {len(tally.never_ran())} lost, "
         f"{len(twice)} ran twice ({len(after_acknowledgement)} of them acknowledged before the kill)"
     )
