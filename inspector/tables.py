@@ -111,6 +111,9 @@ class SegmentData(TableData):
         self._fetched: api.SegmentPage | None = None
         self._fetched_offset = -1
 
+    #: Whether the view pages by cursor (`KeysetData`) rather than by page number.
+    paged_by_cursor = False
+
     def _fetch(self, offset: int) -> api.SegmentPage:
         if self._fetched is None or self._fetched_offset != offset:
             if self.lease:
@@ -161,6 +164,69 @@ class SegmentData(TableData):
 
     verbose_name = "task"
     verbose_name_plural = "tasks"
+
+
+class KeysetData(SegmentData):
+    """An unfiltered segment view of a partitioned alias, paged by cursor: the page after (or before) one.
+
+    Offset paging deep into partitions merged in queue order reads every partition's head up
+    to the offset; a cursor page costs one script call a partition at any depth. The page's
+    rows and the segment's total come from that one `api.keyset_page` call, made on first use.
+    """
+
+    def __init__(
+        self, alias: str, queue_name: str, segment: api.Segment, after: api.Cursor | None, before: api.Cursor | None
+    ):
+        super().__init__(alias, queue_name, segment, api.NO_FILTER, 1)
+        self.after, self.before = after, before
+        self._page: api.KeysetPage | None = None
+        self._rows: list[TaskRow] | None = None
+
+    paged_by_cursor = True
+
+    @property
+    def keyset(self) -> api.KeysetPage:
+        if self._page is None:
+            self._page = api.keyset_page(
+                self.alias, self.queue_name, self.segment, after=self.after, before=self.before,
+                count=PER_PAGE, newest_first=self.newest_first,
+            )  # fmt: skip
+        return self._page
+
+    @property
+    def exact(self) -> bool:
+        return True
+
+    @property
+    def next_cursor(self) -> str:
+        """The `?after=` of the next page, or "" on the last."""
+        cursor = self.keyset.next_cursor
+        return api.encode_cursor(cursor) if cursor else ""
+
+    @property
+    def previous_cursor(self) -> str:
+        """The `?before=` of the previous page, or "" on the first."""
+        cursor = self.keyset.previous_cursor
+        return api.encode_cursor(cursor) if cursor else ""
+
+    @property
+    def away_from_the_head(self) -> bool:
+        """Whether the page is not the segment's first: it has one before it, or it came empty from a cursor."""
+        return bool(self.previous_cursor) or (not self.keyset.items and bool(self.after or self.before))
+
+    def __len__(self) -> int:
+        return self.keyset.total
+
+    def __getitem__(self, key):
+        if not isinstance(key, int | slice):
+            # A template's `data.name` tries data["name"] first: answer it without a fetch.
+            raise TypeError(f"rows are indexed by position, not {key!r}")
+        if self._rows is None:
+            self._rows = [TaskRow.of(self.alias, item, self.check) for item in self.keyset.items]
+        return self._rows[key]
+
+    def __iter__(self):
+        return iter(self[:])
 
 
 def _moment(value: datetime | None):
@@ -305,10 +371,16 @@ TABLE_OF_SEGMENT = {
 
 
 def segment_table(
-    request, alias, queue_name, segment, where, page_number, selectable: bool, lease: str = ""
+    request, alias, queue_name, segment, where, page_number, selectable: bool, lease: str = "", keyset=None
 ) -> tables.Table:
-    """Return the table of one segment view, ordered and paginated per the request."""
-    data = SegmentData(alias, queue_name, segment, where, page_number, lease)
+    """Return the table of one segment view, ordered per the request; paged by offset, or by cursor if `keyset`.
+
+    `keyset` is None for an offset view, else the (after, before) cursors of a cursor view.
+    """
+    if keyset is None:
+        data = SegmentData(alias, queue_name, segment, where, page_number, lease)
+    else:
+        data = KeysetData(alias, queue_name, segment, *keyset)
     table = TABLE_OF_SEGMENT[segment](data, request=None, exclude=() if selectable else ("select",))
     sort = request.GET.get("sort", "")
     if sort not in SORTS:

@@ -81,8 +81,10 @@ def queue_list(request):
 def task_list(request, backend: str, queue: str, segment: api.Segment):
     _queue_or_404(backend, queue)
     where, page_number, lease = _filter(request.GET), _page_number(request), _lease(request.GET, segment)
-    table = segment_table(request, backend, queue, segment, where, page_number, can_change(request.user), lease)
-    _paginate(table, page_number)
+    keyset = _keyset(request.GET, backend, where, lease)
+    table = segment_table(request, backend, queue, segment, where, page_number, can_change(request.user), lease, keyset)
+    if keyset is None:
+        _paginate(table, page_number)
     context = {
         "active": "queues", "backend": backend, "queue_name": queue, "segment": segment, "table": table, "where": where,
         "segments": list(api.Segment), "can_change": can_change(request.user), "lease": lease,
@@ -108,6 +110,29 @@ def _lease(data, segment: api.Segment) -> str:
     if lease and segment is not api.Segment.RUNNING:
         raise BadRequest("The lease filter applies to the running segment only.")
     return lease
+
+
+def _keyset(data, alias: str, where: api.Filter, lease: str) -> tuple[api.Cursor | None, api.Cursor | None] | None:
+    """Return the (after, before) cursors of a view paged by cursor, or None for a view paged by offset.
+
+    An unfiltered view of a partitioned alias pages by cursor: an offset deep into partitions
+    merged in queue order reads every partition's head up to it. A malformed cursor is a 400
+    in any view; a filtered view, or one partition, ignores a well-formed one.
+    """
+    after, before = _cursor(data, "after"), _cursor(data, "before")
+    if after and before:
+        raise BadRequest("A page follows one cursor: give after or before, not both.")
+    if where or lease or not api.is_partitioned(alias):
+        return None
+    return after, before
+
+
+def _cursor(data, name: str) -> api.Cursor | None:
+    raw = data.get(name, "")
+    try:
+        return api.decode_cursor(raw) if raw else None
+    except ValueError as e:
+        raise BadRequest(f"The {name!r} parameter is not a page cursor. {e}") from None
 
 
 def _paginate(table, page_number: int) -> None:

@@ -91,12 +91,12 @@ class LiveConsole:
             self.server.wait()
 
 
-def start_live_console(redis_url: str) -> LiveConsole:
+def start_live_console(redis_url: str, settings_module: str = "tests.settings") -> LiveConsole:
     """Migrate a fresh database, create the `admin` and `viewer` users, and start daphne on a free port."""
     data_dir = tempfile.mkdtemp(prefix="threadmill-live-")
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DJANGO_SETTINGS_MODULE": settings_module,
         "THREADMILL_TEST_REDIS_URL": redis_url,
         "THREADMILL_TEST_DB": str(Path(data_dir) / "db.sqlite3"),
         "PYTHONPATH": str(ROOT),

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from tests.inspector.conftest import dead, heartbeat
+from tests.inspector.conftest import dead, heartbeat, partition
 from tests.inspector.live import start_live_console
 
 pytestmark = pytest.mark.browser
@@ -53,9 +54,10 @@ def browser():
         chromium.close()
 
 
-@pytest.fixture
-def page(browser, live):
-    context = browser.new_context(base_url=live.url, viewport={"width": 1400, "height": 900})
+@contextmanager
+def browser_page(browser, base_url: str):
+    """A fresh browser context's page on `base_url`, recording every CSP violation it reports."""
+    context = browser.new_context(base_url=base_url, viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)
     page.csp_violations = []
@@ -63,8 +65,24 @@ def page(browser, live):
         "console",
         lambda message: "Content Security Policy" in message.text and page.csp_violations.append(message.text),
     )
-    yield page
-    context.close()
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def page(browser, live):
+    with browser_page(browser, live.url) as page:
+        yield page
+
+
+@pytest.fixture(scope="module")
+def partitioned_live(redis_url):
+    """A live console whose `default` alias has three partitions (started only for the tests that ask)."""
+    console = start_live_console(redis_url, settings_module="tests.inspector.partitioned_settings")
+    yield console
+    console.stop()
 
 
 def log_in(page, path: str = "/threadmill/", username: str = "admin", password: str = "admin-pw") -> None:
@@ -111,6 +129,28 @@ def test_log_in_and_page_through_a_queue_with_htmx_swapping_only_the_table(page,
     assert page.locator(f"a:text-is('{ids[0]}')").count() == 0
     shot(page, "task_list")
     assert page.csp_violations == []
+
+
+def test_a_partitioned_queue_pages_by_cursor_next_then_previous(browser, partitioned_live, settings):
+    from tests.tasks import echo
+
+    partition(settings)  # enqueue over the same three partitions the live console reads
+    ids = [echo.enqueue(i).id for i in range(120)]
+    with browser_page(browser, partitioned_live.url) as page:
+        log_in(page, "/threadmill/default/default/ready/")
+        expect_text(page, "#tasks-table .total", "120 tasks")
+        assert page.locator("#tasks-table .total").inner_text() == "120 tasks"  # no "page X of Y"
+        page.evaluate("window.stillTheSamePage = true")
+        page.click("#tasks-table ul.pagination li.next a")
+        page.wait_for_url(re.compile(r"[?&]after="))
+        expect_text(page, "#tasks-table tbody tr:first-child", ids[50])
+        assert page.locator(f"a:text-is('{ids[0]}')").count() == 0
+        page.click("#tasks-table ul.pagination li.previous a")
+        page.wait_for_url(re.compile(r"[?&]before="))
+        expect_text(page, "#tasks-table tbody tr:first-child", ids[0])
+        assert page.locator(f"a:text-is('{ids[49]}')").count() == 1
+        assert page.evaluate("window.stillTheSamePage") is True  # htmx swapped the table each time
+        assert page.csp_violations == []
 
 
 def test_requeue_a_stuck_running_task_and_see_it_complete(page, live, backend):

@@ -1,6 +1,8 @@
 """Reading queues through a backend: which backends and queues exist, a segment's pages, one task.
 
-A page's rows and its total come from one round trip, whatever the segment's depth.
+A page's rows and its total come from one round trip, whatever the segment's depth. With
+several partitions a segment's merged order is paged by cursor (`keyset_page`): a cursor is
+a place in the order, (score, task id), written in a URL as `<score>~<task id>`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
 from ..backends.base import Segment
+from ..backends.merge import Cursor, KeysetPage
 from ..backends.redis import RedisTaskBackend
 
 #: Most segment entries a filtered view scans; past it, its count is a lower bound.
@@ -20,6 +23,10 @@ FILTER_SCAN_LIMIT = 100_000
 
 # Matched with fullmatch: a `$` anchor would also pass a path with a trailing newline.
 _DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# A cursor as a URL carries it: a score as the server writes one (a decimal, or ±inf), "~",
+# and a task id of the shape the console's task URLs accept. A two-digit exponent keeps the
+# score in a double's range: the server refuses one that overflows, as an error, not a page.
+_CURSOR = re.compile(r"([+-]?(?:[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][+-]?[0-9]{1,2})?|inf))~([A-Za-z0-9_.:-]{1,100})")
 
 
 def backend_aliases() -> list[str]:
@@ -128,6 +135,47 @@ def page(
         newest_first=newest_first,
     )
     return SegmentPage(found.items, found.total, complete)
+
+
+def is_partitioned(alias: str) -> bool:
+    """Return whether an alias's tasks may lie in several partitions, so its segment pages merge them."""
+    return len(get_backend(alias).covered_partitions()) > 1
+
+
+def keyset_page(
+    alias: str,
+    queue_name: str,
+    segment: Segment,
+    *,
+    after: Cursor | None = None,
+    before: Cursor | None = None,
+    count: int = 50,
+    newest_first: bool | None = None,
+) -> KeysetPage:
+    """Return the page of a segment after (or before) a cursor, with its total: one script call a partition, at any depth.
+
+    `after` is the `next_cursor` of the page before, `before` the `previous_cursor` of the
+    page after; with neither, the first page. `newest_first` None keeps the segment's natural order.
+    """
+    return get_backend(alias).peek_page(
+        queue_name, segment=segment, after=after, before=before, count=count, newest_first=newest_first
+    )
+
+
+def encode_cursor(cursor: Cursor) -> str:
+    """Return a cursor as a URL carries it: `<score>~<task id>` (both characters URL-safe as they are)."""
+    score, task_id = cursor
+    return f"{score}~{task_id}"
+
+
+def decode_cursor(text: str) -> Cursor:
+    """Return the cursor a URL carries; ValueError, naming the problem, for anything but `<score>~<task id>`."""
+    found = _CURSOR.fullmatch(text)
+    if found is None:
+        raise ValueError(
+            f"A page cursor is a score and a task id joined by '~', such as '1700000000.5~<task id>', not {text[:40]!r}."
+        )
+    return found[1], found[2]
 
 
 def natural_newest_first(segment: Segment) -> bool:
