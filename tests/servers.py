@@ -75,3 +75,14 @@ def start_server_under_test(name: str) -> ServerUnderTest:
     if name == "replicated-cluster":
         return ServerUnderTest(name, ValkeyCluster(replicas_per_primary=1).start())
     return ServerUnderTest(name, start_server(name))
+
+
+def partition(settings, where=None, partitions: int = 3):
+    """Point the `default` alias at `where` (default: the session's Valkey) in `partitions` partitions; return it."""
+    from django.tasks import task_backends
+
+    alias = settings.TASKS["default"]
+    options = {**alias["OPTIONS"], "partitions": partitions}
+    server = {"REDIS_URL": where.url, "CLUSTER": where.cluster} if where else {}
+    settings.TASKS = {"default": {**alias, **server, "OPTIONS": options}}
+    return task_backends["default"]

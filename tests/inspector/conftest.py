@@ -21,17 +21,6 @@ def backend():
     return task_backends["default"]
 
 
-def partition(settings, where=None, partitions: int = 3):
-    """Point the `default` alias at `where` (default: the session's Valkey) in `partitions` partitions; return it."""
-    from django.tasks import task_backends
-
-    alias = settings.TASKS["default"]
-    options = {**alias["OPTIONS"], "partitions": partitions}
-    server = {"REDIS_URL": where.url, "CLUSTER": where.cluster} if where else {}
-    settings.TASKS = {"default": {**alias, **server, "OPTIONS": options}}
-    return task_backends["default"]
-
-
 @pytest.fixture
 def raw(redis_url) -> redis.Redis:
     return redis.Redis.from_url(redis_url)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.inspector.conftest import dead, heartbeat, partition
+from tests.inspector.conftest import dead, heartbeat
 from tests.inspector.live import start_live_console
+from tests.servers import partition
 
 pytestmark = pytest.mark.browser
 

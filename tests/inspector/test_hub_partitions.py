@@ -7,6 +7,7 @@ import threading
 import pytest
 from django.tasks import task_backends
 
+from tests.servers import partition
 from tests.tasks import echo
 from threadmill.backends.partitions import partition_of
 
@@ -16,13 +17,8 @@ def partitioned_hub(request, settings, monkeypatch):
     """This process's `default` alias with three partitions (one server, or the session's cluster), and a hub of its own."""
     from threadmill.api import workers
 
-    if request.param == "cluster":
-        url, cluster = request.getfixturevalue("cluster").url, True
-    else:
-        url, cluster = request.getfixturevalue("redis_url"), False
-    default = settings.TASKS["default"]
-    options = {**default["OPTIONS"], "partitions": 3}
-    settings.TASKS = {"default": {**default, "REDIS_URL": url, "CLUSTER": cluster, "OPTIONS": options}}
+    where = request.getfixturevalue("cluster") if request.param == "cluster" else None
+    partition(settings, where)
     hub = workers.TelemetryHub()
     monkeypatch.setattr(workers, "_hub", hub)
     yield hub

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from inspector.tables import PER_PAGE
-from tests.inspector.conftest import partition
+from tests.servers import partition
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,10 @@ import time
 
 import pytest
 import redis
-from django.tasks import TaskResultStatus, task_backends
+from django.tasks import TaskResultStatus
 
 from tests import tasks
+from tests.servers import partition
 from tests.worker.conftest import DEADLINE_S, Worker, run_worker, worker_env
 from threadmill.backends.base import Segment
 from threadmill.backends.partitions import partition_of
@@ -20,16 +21,11 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def partitioned(request, settings):
     """The `default` backend with three partitions, on one Valkey server or the session's cluster; and its env."""
-    if request.param == "cluster":
-        server = request.getfixturevalue("cluster")
-        url, flag = server.url, "1"
-    else:
-        server, url, flag = None, request.getfixturevalue("redis_url"), "0"
-    default = settings.TASKS["default"]
-    options = {**default["OPTIONS"], "partitions": 3}
-    settings.TASKS = {"default": {**default, "REDIS_URL": url, "CLUSTER": flag == "1", "OPTIONS": options}}
+    server = request.getfixturevalue("cluster") if request.param == "cluster" else None
+    backend = partition(settings, server)
+    url, flag = (server.url, "1") if server else (request.getfixturevalue("redis_url"), "0")
     env = worker_env(THREADMILL_TEST_REDIS_URL=url, THREADMILL_TEST_CLUSTER=flag, THREADMILL_TEST_PARTITIONS="3")
-    return task_backends["default"], env, server
+    return backend, env, server
 
 
 @pytest.mark.parametrize("partitioned", ["valkey", "cluster"], indirect=True)
