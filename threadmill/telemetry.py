@@ -58,7 +58,7 @@ class TelemetryPublisher:
     def run(self) -> None:
         """Send a heartbeat at once, then every interval until the process finishes."""
         # The first goes out at start, so the console never shows a fresh worker as missing.
-        interval = heartbeat_interval(self.process.backend.options.worker_timeout)
+        interval = heartbeat_interval(self.process.backend.config.worker_timeout)
         self.beat()
         while not self.process.finished.wait(interval):
             self.beat()

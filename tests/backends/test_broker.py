@@ -118,7 +118,7 @@ def test_run_stops_when_its_event_is_set(backend):
 def test_a_pass_trims_finished_ids_older_than_the_result_ttl_on_an_idle_queue(backend, raw):
     now = float(raw.time()[0])
     raw.zadd("threadmill:{default}:default:successful", {"expired": 1.0, "recent": now})
-    raw.zadd("threadmill:{default}:default:failed", {"expired-too": now - backend.options.result_ttl - 5})
+    raw.zadd("threadmill:{default}:default:failed", {"expired-too": now - backend.config.result_ttl - 5})
     RedisBroker(backend, ["default"]).run_once()
     assert raw.zrange("threadmill:{default}:default:successful", 0, -1) == [b"recent"]
     assert raw.zcard("threadmill:{default}:default:failed") == 0

@@ -158,8 +158,8 @@ def test_requeue_many_moves_a_running_task_whose_lease_is_overdue(backend, raw):
 def test_requeue_many_moves_a_running_task_whose_worker_stopped_beating(backend, raw):
     [dead] = running(backend, 1, "dead:1")
     [alive] = running(backend, 1, "alive:1")
-    beat(backend, "dead:1", age_s=backend.options.worker_timeout + 1)
-    beat(backend, "alive:1", age_s=backend.options.worker_timeout - 2)
+    beat(backend, "dead:1", age_s=backend.config.worker_timeout + 1)
+    beat(backend, "alive:1", age_s=backend.config.worker_timeout - 2)
     assert backend.requeue_many("default", segment="running", task_ids=[dead, alive]) == [dead]
     assert backend.live_leases("default", [dead, alive]) == [alive]
 

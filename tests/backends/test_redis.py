@@ -170,7 +170,7 @@ def test_acknowledge_moves_the_task_to_successful_and_clears_the_lease(backend, 
     assert raw.zcard("threadmill:{default}:default:running") == 0
     assert raw.zrange("threadmill:{default}:default:successful", 0, -1) == [result.id.encode()]
     assert raw.hget(key, "lease_token") is None
-    assert 0 < raw.ttl(key) <= backend.options.result_ttl
+    assert 0 < raw.ttl(key) <= backend.config.result_ttl
 
 
 def test_acknowledge_without_a_return_value_stores_the_one_on_the_result(backend):
@@ -394,7 +394,7 @@ def test_durations_accept_timedeltas_and_reject_nonsense():
     backend = RedisTaskBackend(
         "x", {"REDIS_URL": "redis://127.0.0.1:1/0", "OPTIONS": {"lease_ttl": timedelta(minutes=2)}}
     )
-    assert backend.options.lease_ttl == 120.0
+    assert backend.config.lease_ttl == 120.0
     with pytest.raises(ImproperlyConfigured, match="result_ttl"):
         RedisTaskBackend("x", {"REDIS_URL": "redis://127.0.0.1:1/0", "OPTIONS": {"result_ttl": -1}})
 
@@ -417,3 +417,12 @@ def test_throughput_counts_ingress_and_egress_per_minute(backend):
     counts = backend.throughput("default", minutes=2)
     assert counts["ingress"][-1] == 2
     assert counts["egress"][-1] == 1
+
+
+def test_options_stay_the_mapping_django_sets_and_the_parsed_ones_live_in_config():
+    raw = {"lease_ttl": timedelta(minutes=2), "worker_timeout": 7}
+    backend = RedisTaskBackend("x", {"REDIS_URL": "redis://127.0.0.1:1/0", "OPTIONS": raw})
+    assert backend.options == raw
+    assert backend.options["worker_timeout"] == 7
+    assert backend.config.lease_ttl == 120.0
+    assert backend.config.worker_timeout == 7.0

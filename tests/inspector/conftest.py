@@ -88,7 +88,7 @@ def heartbeat(backend, worker: str, *, age_s: float = 0.0) -> None:
 
 def dead(backend, worker: str) -> None:
     """Record a heartbeat for `worker` older than the backend's `worker_timeout`: the worker is known dead."""
-    heartbeat(backend, worker, age_s=backend.options.worker_timeout + 60)
+    heartbeat(backend, worker, age_s=backend.config.worker_timeout + 60)
 
 
 @pytest.fixture

@@ -87,7 +87,7 @@ class LeaseCheck:
 def lease_check(alias: str) -> LeaseCheck:
     """Return the lease check of a backend as of now on its server's clock."""
     backend = get_backend(alias)
-    return LeaseCheck(backend.server_time().timestamp(), backend.worker_heartbeats(), backend.options.worker_timeout)
+    return LeaseCheck(backend.server_time().timestamp(), backend.worker_heartbeats(), backend.config.worker_timeout)
 
 
 def _running(alias: str, queue_name: str):

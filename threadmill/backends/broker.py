@@ -59,7 +59,7 @@ class RedisBroker:
 
     def run(self, stop: threading.Event) -> None:
         """Run passes every `broker_interval`, and the mover alone when a deferred task falls due, until `stop`."""
-        interval = self.backend.options.broker_interval
+        interval = self.backend.config.broker_interval
         next_pass = 0.0
         while not stop.is_set():
             if time.monotonic() >= next_pass:
@@ -93,7 +93,7 @@ class RedisBroker:
 
     def _dead_workers(self) -> dict[str, float]:
         """Workers silent past worker_timeout but not yet forgotten (their leases then belong to the reaper)."""
-        options = self.backend.options
+        options = self.backend.config
         forget_after = options.lease_ttl + options.worker_timeout
         return {name: age for name, age in self.backend.silent_workers().items() if age < forget_after}
 
@@ -103,7 +103,7 @@ class RedisBroker:
     def _trusts_heartbeats(self, now: float) -> bool:
         if self._reachable_since is None:
             self._reachable_since = now
-        options = self.backend.options
+        options = self.backend.config
         return now - self._reachable_since >= options.worker_timeout + options.socket_timeout
 
     def run_schedules(self) -> int:
@@ -141,7 +141,7 @@ class RedisBroker:
         return sum(self._move(queue_name, p)[0] for p in self.backend.covered_partitions())
 
     def _move(self, queue_name: str, partition: int) -> tuple[int, float | None]:
-        batch_size = self.backend.options.batch_size
+        batch_size = self.backend.config.batch_size
         scripts = self.backend.scripts_for(partition)
         total = 0
         while True:
@@ -158,7 +158,7 @@ class RedisBroker:
         """
         if partition is None:
             return sum(self.trim(queue_name, p) for p in self.backend.covered_partitions())
-        result_ttl = self.backend.options.result_ttl
+        result_ttl = self.backend.config.result_ttl
         scripts = self.backend.scripts_for(partition)
         total = 0
         while (dropped := scripts.trim_finished(queue_name, result_ttl, TRIM_BATCH_SIZE)) > 0:
@@ -169,7 +169,7 @@ class RedisBroker:
         """Fail or retry every task of a queue whose lease expired (in one partition, or all); return how many."""
         if partition is None:
             return sum(self.reap(queue_name, p) for p in self.backend.covered_partitions())
-        batch_size = self.backend.options.batch_size
+        batch_size = self.backend.config.batch_size
         scripts = self.backend.scripts_for(partition)
         total = 0
         while True:
@@ -197,7 +197,7 @@ class RedisBroker:
         except UNREADABLE_PAYLOAD_ERRORS as e:
             self.backend.quarantine_unreadable(task_id, queue_name, Segment.RUNNING, e, token, "reap")
             return 1
-        lease_ttl = self.backend.options.lease_ttl
+        lease_ttl = self.backend.config.lease_ttl
         error = lease_expired_error(
             f"The lease of worker {worker.decode()} expired after {lease_ttl:g} s without an acknowledgement."
         )
@@ -223,7 +223,7 @@ class RedisBroker:
             return sum(self.recover(queue_name, p, dead if p else None) for p in partitions)
         if partition and dead is None:
             dead = self._dead_workers()
-        options = self.backend.options
+        options = self.backend.config
         scripts = self.backend.scripts_for(partition)
         forget_after = options.lease_ttl + options.worker_timeout
         total = 0

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def check_backend(backend: RedisTaskBackend) -> list[Error]:
     """Return configuration errors of `backend`, each with a hint."""
     errors = []
-    options = backend.options
+    options = backend.config
     if options.poll_interval > options.poll_max_interval:
         errors.append(
             Error(

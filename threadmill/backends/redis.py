@@ -116,7 +116,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         self.cluster = params.get("CLUSTER", False)
         if not isinstance(self.cluster, bool):
             raise ImproperlyConfigured(f"TASKS[{alias!r}]['CLUSTER'] must be True or False, not {self.cluster!r}.")
-        self.options = parse_options(alias, params.get("OPTIONS", {}))
+        #: The parsed OPTIONS; `self.options` stays the mapping Django sets from them.
+        self.config = parse_options(alias, params.get("OPTIONS", {}))
         self.schedules = parse_schedules(alias, params.get("SCHEDULE"), zoneinfo.ZoneInfo(settings.TIME_ZONE or "UTC"))
         self.keys = KeySchema(alias)
         self._client: redis.Redis | RedisCluster | None = None
@@ -135,8 +136,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             # A timeout on every read, so a hung server (SIGSTOP, a dead host) fails a call
             # instead of blocking its thread for good; the worker then backs off and retries.
             timeouts = {
-                "socket_timeout": self.options.socket_timeout,
-                "socket_connect_timeout": self.options.socket_timeout,
+                "socket_timeout": self.config.socket_timeout,
+                "socket_connect_timeout": self.config.socket_timeout,
             }
             if self.cluster:
                 # The cluster client reads the slot map on creation: no node answering is an outage.
@@ -152,7 +153,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     def aio(self) -> AsyncClients:
         """The asyncio clients, one per running event loop."""
         if self._aio is None:
-            self._aio = AsyncClients(self.redis_url, self.options.socket_timeout, cluster=self.cluster)
+            self._aio = AsyncClients(self.redis_url, self.config.socket_timeout, cluster=self.cluster)
         return self._aio
 
     @property
@@ -173,7 +174,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         """`enqueue` on the running event loop's own connection, without tying up a thread."""
-        if self.options.fsync_enqueue or self.options.wait_replicas:
+        if self.config.fsync_enqueue or self.config.wait_replicas:
             # WAITAOF and WAIT must follow the write on the same connection: the thread path keeps one per thread.
             return await super().aenqueue(task, args, kwargs)
         self.validate_task(task)
@@ -245,17 +246,17 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     ) -> list[ThreadmillTaskResult]:
         # WAITAOF waits at most half the socket timeout, so the server's own "not yet" arrives
         # before the client would give the connection up as lost.
-        durable_within_s = self.options.socket_timeout / 2 if self.options.fsync_enqueue else None
+        durable_within_s = self.config.socket_timeout / 2 if self.config.fsync_enqueue else None
         if partition is not None:
             self.check_layout()  # stamps the partitioned layout and this P before the first partitioned task
         entries = [p.entry for p in prepared]
         scripts = self.scripts_for(partition or 0)
         scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
-        if self.options.wait_replicas:
+        if self.config.wait_replicas:
             # As WAITAOF's, the wait ends before the client would give the connection up as lost.
             ids = [p.id for p in prepared]
             wait_for_replicas(
-                scripts, scripts.keys.queues(), self.options.wait_replicas, self.options.socket_timeout / 2, ids
+                scripts, scripts.keys.queues(), self.config.wait_replicas, self.config.socket_timeout / 2, ids
             )
         results = [self._new_result(task, p) for p in prepared]
         for result in results:
@@ -338,7 +339,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         queues = list(queue_names) or sorted(self.queues)
         worker = worker or default_worker_name()
         deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
-        pause = self.options.poll_interval
+        pause = self.config.poll_interval
         while True:
             results = self._acquire_once(queues, count, worker, token_base or os.urandom(6).hex())
             if results or deadline is None:
@@ -347,7 +348,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             if remaining <= 0:
                 return results
             time.sleep(min(pause, remaining))
-            pause = min(pause * 2, self.options.poll_max_interval)
+            pause = min(pause * 2, self.config.poll_max_interval)
 
     def _acquire_once(self, queues: list[str], count: int, worker: str, token_base: str) -> list[ThreadmillTaskResult]:
         shift = self._rotation % len(queues)
@@ -355,17 +356,17 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         rotated = queues[shift:] + queues[:shift]
         partitions = len(self.covered_partitions())
         if partitions == 1:
-            reply = self.scripts.acquire(rotated, count, worker, self.options.lease_ttl, token_base)
+            reply = self.scripts.acquire(rotated, count, worker, self.config.lease_ttl, token_base)
         else:
             for partition in self.empty_hints.order(partitions):
-                reply = self.scripts_for(partition).acquire(rotated, count, worker, self.options.lease_ttl, token_base)
+                reply = self.scripts_for(partition).acquire(rotated, count, worker, self.config.lease_ttl, token_base)
                 leased = (len(reply) - 2) // 5
                 self.empty_hints.came_back(partition, full=leased >= count)
                 if leased:
                     break
         now = int(reply[0]) + int(reply[1]) / 1e6
         lease_start = datetime.fromtimestamp(now, UTC)
-        deadline = datetime.fromtimestamp(now + self.options.lease_ttl, UTC)
+        deadline = datetime.fromtimestamp(now + self.config.lease_ttl, UTC)
         results = []
         for i in range(2, len(reply), 5):
             task_id, data, started_at, token = reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3].decode()
@@ -406,11 +407,11 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             entries.append((result.id, result.task.queue_name, result.lease_token, document, segment))
         minute = int(time.time() // 60)
         if len(self.covered_partitions()) == 1:
-            accepted = self.scripts.acknowledge(entries, self.options.result_ttl, minute)
+            accepted = self.scripts.acknowledge(entries, self.config.result_ttl, minute)
         else:
             by_id: dict[str, Any] = {}
             for partition, group in by_partition(entries, lambda entry: entry[0]).items():
-                replies = self.scripts_for(partition).acknowledge(group, self.options.result_ttl, minute)
+                replies = self.scripts_for(partition).acknowledge(group, self.config.result_ttl, minute)
                 by_id.update(zip((entry[0] for entry in group), replies, strict=True))
             accepted = [by_id[entry[0]] for entry in entries]
         for (result, _), ok in zip(outcomes, accepted, strict=True):
@@ -473,7 +474,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         The document outlives the heartbeat by `lease_ttl`, so the broker can still read a dead worker's.
         """
         text = "" if document is None else json.dumps(document)
-        ttl = self.options.lease_ttl + self.options.worker_timeout
+        ttl = self.config.lease_ttl + self.config.worker_timeout
         return float(self.scripts.heartbeat(worker, text, ttl, publish))
 
     @translate_errors

@@ -104,7 +104,7 @@ class PartitionRouting:
     """Hands out each partition's keys and scripts, and picks the partition of each call."""
 
     alias: str
-    options: BackendOptions
+    config: BackendOptions
     keys: KeySchema
     scripts: RedisScripts
     cluster: bool
@@ -116,14 +116,14 @@ class PartitionRouting:
         self._partitions_seen = 1
         self._seen_read_at: float | None = None
         self._enqueue_turn = 0
-        self.empty_hints = EmptyHints(self.options.poll_max_interval)
+        self.empty_hints = EmptyHints(self.config.poll_max_interval)
         self._waiters: dict[int, WakeWaiter] = {}
         self._wake_replies: queue.SimpleQueue = queue.SimpleQueue()
 
     @property
     def partition_count(self) -> int:
         """The `partitions` option: how many partitions new tasks are spread over."""
-        return self.options.partitions
+        return self.config.partitions
 
     def keys_for(self, partition: int) -> KeySchema:
         """Return the key schema of one partition of the alias (0: the alias's own keys)."""
@@ -198,7 +198,7 @@ class PartitionRouting:
         keep waiting and are asked nothing new until they answer).
         """
         partitions = self.covered_partitions()
-        socket_timeout = self.options.socket_timeout
+        socket_timeout = self.config.socket_timeout
         worker_key = self.keys.worker_wake(worker)
         if not self.cluster or len(partitions) == 1:
             by_key = {worker_key: 0}

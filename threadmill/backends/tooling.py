@@ -65,7 +65,7 @@ class RedisTooling:
     """Paging, counting, requeueing in bulk, deleting and purging the segments of queues."""
 
     keys: KeySchema
-    options: BackendOptions
+    config: BackendOptions
     schedules: tuple[Schedule, ...]
     queues: set[str]
     client: redis.Redis
@@ -107,7 +107,7 @@ class RedisTooling:
         segment = Segment.parse(segment)
         removed = 0
         for scripts in self._partition_scripts():
-            while batch := scripts.purge(queue_name, segment, self.options.batch_size):
+            while batch := scripts.purge(queue_name, segment, self.config.batch_size):
                 removed += batch
         return removed
 
@@ -326,7 +326,7 @@ class RedisTooling:
         pipe.zrange(self.keys.workers(), 0, -1, withscores=True)
         (seconds, micros), entries = pipe.execute()
         now = seconds + micros / 1e6
-        ages = {name.decode(): now - beat for name, beat in entries if now - beat <= self.options.worker_timeout}
+        ages = {name.decode(): now - beat for name, beat in entries if now - beat <= self.config.worker_timeout}
         if not ages:
             return []
         documents = self.client.mget([self.keys.worker(name) for name in ages])
@@ -514,7 +514,7 @@ class RedisTooling:
         follow `requeue_many`'s rules, `force` included.
         """
         segment = Segment.parse(segment)
-        window, newest_first = self.options.batch_size, segment in NEWEST_FIRST
+        window, newest_first = self.config.batch_size, segment in NEWEST_FIRST
         moved: list[str] = []
         for scripts in self._partition_scripts():
             cursor = (b"", b"")
@@ -535,7 +535,7 @@ class RedisTooling:
                 silent = self.silent_workers()
             scripts = self.scripts_for(partition)
             live += scripts.live_leases(
-                queue_name, ids, self.options.worker_timeout, list(silent or ()) if partition else None
+                queue_name, ids, self.config.worker_timeout, list(silent or ()) if partition else None
             )
         return live
 
@@ -550,7 +550,7 @@ class RedisTooling:
         pipe.zrangebyscore(self.keys.workers(), "-inf", "+inf", withscores=True)
         (seconds, micros), entries = pipe.execute()
         now = seconds + micros / 1e6
-        return {name.decode(): now - beat for name, beat in entries if beat < now - self.options.worker_timeout}
+        return {name.decode(): now - beat for name, beat in entries if beat < now - self.config.worker_timeout}
 
     def _requeue_batch(
         self, queue_name: str, segment: Segment, ids: list[str], needles: Sequence[str], force: bool, by: str
@@ -563,7 +563,7 @@ class RedisTooling:
     def _requeue_partition(
         self, partition: int, queue_name: str, segment: Segment, ids: list[str], needles, force: bool, by: str
     ) -> list[str]:
-        timeout = self.options.worker_timeout
+        timeout = self.config.worker_timeout
         scripts = self.scripts_for(partition)
         silent = list(self.silent_workers()) if partition and segment is Segment.RUNNING else None
         if segment is not Segment.RUNNING:

@@ -143,7 +143,7 @@ class WorkerProcess:
         self._shutdown_at = float("inf")
         self._outcomes_since = 0.0
         self._next_fetch_at = 0.0
-        self._poll_pause = backend.options.poll_interval
+        self._poll_pause = backend.config.poll_interval
         self._offline_until = 0.0
         self._offline_since: float | None = None
         self._reconnect_pause = RECONNECT_PAUSE_S
@@ -373,7 +373,7 @@ class WorkerProcess:
 
     def _lease(self, count: int) -> None:
         token_base = os.urandom(6).hex()
-        expires = time.monotonic() + self.backend.options.lease_ttl
+        expires = time.monotonic() + self.backend.config.lease_ttl
         try:
             results = self.backend.acquire(*self.config.queues, count=count, worker=self.name, token_base=token_base)
         except ServerUnreachable:
@@ -384,7 +384,7 @@ class WorkerProcess:
             if self.budget is not None and len(results) < count:
                 self.budget += count - len(results)
             if results:
-                self._poll_pause = self.backend.options.poll_interval
+                self._poll_pause = self.backend.config.poll_interval
                 self.buffer.extend(Buffered(result, expires) for result in results)
                 self._has_tasks.notify(len(results))
             elif not self.holds_leases and not self.config.exit_empty:
@@ -393,7 +393,7 @@ class WorkerProcess:
             else:
                 # Tasks still run here: poll, so their acknowledgements are not held up by a wait.
                 self._next_fetch_at = time.monotonic() + self._poll_pause
-                self._poll_pause = min(2 * self._poll_pause, self.backend.options.poll_max_interval)
+                self._poll_pause = min(2 * self._poll_pause, self.backend.config.poll_max_interval)
             if self.phase is Phase.FETCHING:
                 if self.budget is not None and self.budget <= 0:
                     self.recycled = True

@@ -94,7 +94,7 @@ class Supervisor:
         now = time.monotonic()
         if not self.stopping and now >= self._next_broker_pass:
             self._broker_pass(self._full_pass)
-            self._next_broker_pass = time.monotonic() + self.backend.options.broker_interval
+            self._next_broker_pass = time.monotonic() + self.backend.config.broker_interval
         elif not self.stopping and self.broker.next_due_at is not None and now >= self.broker.next_due_at:
             # Deferred tasks start on time, not at the next full pass: the mover alone runs when one falls due.
             self._broker_pass(self.broker.move_all)
