@@ -105,9 +105,42 @@ async def async_attempt(context, value=None):
     return [context.attempt, value]
 
 
-@task
-def stop_consumer():
-    raise SystemExit(3)
+@task(takes_context=True)
+def count_then_exit(context, how="sys.exit"):
+    """Count the start on the counter server, then end the way `how` names: BaseExceptions task code raises."""
+    import sys
+
+    _counter().hincrby("faults:started", context.task_result.id, 1)
+    if how == "sys.exit":
+        sys.exit(3)
+    if how == "exit":
+        exit()  # noqa: PLR1722 - the builtin a script would call
+    if how == "KeyboardInterrupt":
+        raise KeyboardInterrupt
+    raise ValueError(f"unknown way to end: {how!r}")
+
+
+@task(takes_context=True)
+async def async_count_then_exit(context):
+    import sys
+
+    _counter().hincrby("faults:started", context.task_result.id, 1)
+    sys.exit(4)
+
+
+@task(
+    takes_context=True,
+    retry=ExponentialBackoff(base_delay=0.05, max_retries=2, expected_exceptions=("builtins.SystemExit",), jitter=0),
+)
+def count_then_exit_once(context):
+    """Exit on the first attempt, succeed on the next: the retry policy decides about a SystemExit too."""
+    import sys
+
+    counter = _counter()
+    if counter.hincrby("faults:started", context.task_result.id, 1) == 1:
+        sys.exit(5)
+    counter.hincrby("faults:finished", context.task_result.id, 1)
+    return context.attempt
 
 
 @task

@@ -6,8 +6,10 @@ one script call stores it with the server's time in the workers set (durable: th
 recovers the leases of a worker whose heartbeat grows older than `worker_timeout`) and
 publishes it on the telemetry channel (live: the console). The heartbeat runs on a thread of
 its own, so a busy task cannot starve it. When the process exits it publishes a last snapshot
-with `"state": "stopped"` and, if it holds no lease any more, says goodbye (leaves the workers
-set). Sending never stops the worker: a failure is logged once and the next beat tries again.
+with `"state": "stopped"` and, if no lease on the server names it any more, says goodbye (leaves
+the workers set). Each stored heartbeat is reported to the process, which stops trusting its
+buffered leases after a long gap (`WorkerProcess.heartbeat_confirmed`). Sending never stops the
+worker: a failure is logged once and the next beat tries again.
 """
 
 from __future__ import annotations
@@ -70,26 +72,39 @@ class TelemetryPublisher:
         return thread
 
     def beat(self) -> None:
-        """Store and publish a running snapshot as this process's heartbeat."""
-        state = PHASE_STATES.get(self.process.phase.value, "running")
-        self._send(lambda: self.process.backend.heartbeat(self.process.name, self.snapshot(state)))
+        """Store and publish a running snapshot as this process's heartbeat; tell the process once it is stored."""
+        process = self.process
+        state = PHASE_STATES.get(process.phase.value, "running")
+        sent_at = time.monotonic()
+        if self._send(lambda: process.backend.heartbeat(process.name, self.snapshot(state))):
+            process.heartbeat_confirmed(sent_at)
 
     def goodbye(self) -> None:
-        """Publish the stopped snapshot; leave the workers set unless leases are still held (the broker's then)."""
+        """Publish the stopped snapshot; leave the workers set only when no lease on the server names this process.
+
+        Otherwise the heartbeat is left to age, so the broker recovers what is left.
+        """
         backend, process = self.process.backend, self.process
         self._send(lambda: backend.publish_telemetry(json.dumps(self.snapshot("stopped"))))
-        if not process.holds_leases:
+        if process.named_on_server:
+            logger.warning(
+                "Worker process %s leaves leases on the server; its heartbeat ages and the broker recovers them.",
+                process.name,
+            )
+        else:
             self._send(lambda: backend.heartbeat(process.name, None))
 
-    def _send(self, call) -> None:
+    def _send(self, call) -> bool:
+        """Make `call`; return whether it succeeded (a failure is logged once in a row)."""
         try:
             call()
         except Exception as e:  # noqa: BLE001 - telemetry must never stop the worker
             if not self._failing:
                 logger.warning("Sending worker telemetry failed: %s", e)
             self._failing = True
-        else:
-            self._failing = False
+            return False
+        self._failing = False
+        return True
 
     def snapshot(self, state: str) -> dict[str, Any]:
         """Return this process's snapshot as a JSON-ready dict."""

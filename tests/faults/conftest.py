@@ -282,6 +282,13 @@ class Tally:
             if (segment, holder) == (b"running", worker.encode())
         ]
 
+    def segments_running(self) -> list[str]:
+        """Ids of the tasks leased now (buffered or running), in no order."""
+        pipe = self.backend.client.pipeline(transaction=False)
+        for task_id in self.ids:
+            pipe.hget(self.backend.task_keys(task_id).task(task_id), "segment")
+        return [i for i, segment in zip(self.ids, pipe.execute(), strict=True) if segment == b"running"]
+
     def segment_of(self, task_id: str) -> str:
         return self.backend.client.hget(self.backend.task_keys(task_id).task(task_id), "segment").decode()
 

@@ -47,3 +47,38 @@ def test_a_drain_settles_every_task_and_leaves_nothing_held(redis_url):
 
     assert process.done == 50 and not process.holds_leases
     assert backend.queue_stats()["default"][Segment.SUCCESSFUL] == len(results)
+
+
+class StopsDuringAcquire(RedisTaskBackend):
+    """The real backend; its first acquire that leases stops the process before the reply is handled.
+
+    That is a SIGTERM arriving while an acquire's reply is on the wire, made deterministic.
+    """
+
+    process: WorkerProcess | None = None
+
+    def acquire(self, *queue_names, **kwargs):
+        results = super().acquire(*queue_names, **kwargs)
+        if results and self.process is not None:
+            self.process.stop()
+            self.process = None
+        return results
+
+
+def test_leases_whose_reply_arrives_after_stop_go_back_to_ready_and_run_once_later(redis_url):
+    backend = StopsDuringAcquire("default", {"REDIS_URL": redis_url})
+    results = [backend.enqueue(tasks.echo, [i], {}) for i in range(6)]
+    process = WorkerProcess(backend, WorkerConfig(queues=("default",), threads=2, prefetch_count=4), "h:1:a")
+    backend.process = process
+
+    process.start()
+    assert process.finished.wait(30), "the stopped process did not finish"
+
+    assert process.done == 0 and process.exit_code == 0
+    assert not process.named_on_server
+    for result in results:
+        again = backend.get_result(result.id)
+        assert again.segment is Segment.READY and again.worker_ids == [] and again.errors == []
+    process = _run_until_drained(backend, threads=1)
+    assert process.done == len(results)
+    assert backend.queue_stats()["default"][Segment.SUCCESSFUL] == len(results)

@@ -337,16 +337,6 @@ def test_a_fetch_failure_exits_the_process_and_the_supervisor_respawns_it(backen
     assert worker.stop() == 0
 
 
-def test_a_process_whose_consumers_died_is_replaced(backend, start_worker):
-    tasks.stop_consumer.enqueue()
-    worker = start_worker("-w", "1", "-t", "1", "-q", "default")
-    wait_until(lambda: "Every consumer thread" in worker.output, "the consumer died")
-    result = tasks.echo.enqueue("after")
-
-    wait_until(lambda: backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL, "a new process runs it")
-    assert worker.stop() == 0
-
-
 def test_telemetry_publishes_running_snapshots_and_a_final_stopped_one(backend, start_worker):
     pubsub = redis.Redis.from_url(backend.redis_url).pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(backend.keys.telemetry())

@@ -56,9 +56,10 @@ class Executor:
         task_started.send(self.sender, task_result=result)
         try:
             value = normalize_json(self._call(task, result))
-        except (KeyboardInterrupt, SystemExit):
-            raise
         except BaseException as e:  # noqa: BLE001 - task code errors become TaskError
+            # SystemExit and KeyboardInterrupt included: raised on a consumer thread they come
+            # from task code (sys.exit(), exit()), as a signal the process receives runs its
+            # handler on the main thread, which stops the process the bounded way.
             mark_failed(result, error_of(e), datetime.now(UTC))
             delay = retry_delay(result)
             # Sent inside the handler so Django's receiver logs the traceback.

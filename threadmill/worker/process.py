@@ -7,7 +7,13 @@ finished tasks in one acknowledge_many call, apart from fetching: once `ACK_BATC
 left to run. **Consumers** take tasks in lease order and never touch the server, so a fast
 task costs a fraction of a round trip. A consumer never starts a task whose lease may have
 run out while it waited in the buffer (by this process's monotonic clock): that task is
-handed back instead. The heartbeat is sent by the telemetry thread.
+handed back instead. The heartbeat is sent by the telemetry thread, which reports each one the
+server stored. A process that saw no stored heartbeat for `HEARTBEAT_TRUST_SHARE` of
+`worker_timeout` (it was frozen, starved or cut off) may have had its leases recovered by the
+broker: it starts nothing buffered on trust and fetches nothing until a heartbeat is stored
+again, and hands everything it buffered before the gap back (fenced by lease token, so a task
+the broker already took is left alone). Only a task that was running at the freeze may run
+again; its late acknowledgement is refused.
 
 The process moves through these phases (`Phase`); `_enter` is the only place that changes it:
 
@@ -16,8 +22,8 @@ The process moves through these phases (`Phase`); `_enter` is the only place tha
 - FETCHING -> QUIET: `quiet()` (an operator's "quiet"). Nothing more is fetched; what is buffered
   and running finishes and is acknowledged; the process stays alive until it is stopped.
 - FETCHING, QUIET or DRAINING -> STOPPING: `stop()` (SIGTERM, or the supervisor is gone). Buffered
-  tasks are handed back to ready at once, with no attempt recorded; running tasks may finish
-  until the shutdown deadline.
+  tasks, and those of an acquire whose reply comes after the stop, are handed back to ready at
+  once, with no attempt recorded; running tasks may finish until the shutdown deadline.
 - DRAINING or STOPPING -> STOPPED: nothing is buffered, running or waiting to be acknowledged.
 - STOPPING -> STOPPED at the shutdown deadline: tasks still running are handed back as
   interrupted attempts (`AttemptAbandoned`), and the process exits without them.
@@ -33,8 +39,11 @@ doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`. Acknowledgements ar
 lease token, so one that arrives after the broker took the task back is refused. The leases
 an acquire took whose reply was lost are handed back once the server answers again.
 
-Invariant: the fetcher never leases past the `--max-tasks` budget, so every leased task runs
-or is handed back.
+Invariants: the fetcher never leases past the `--max-tasks` budget, so every leased task runs
+or is handed back; and the process says goodbye (leaves the workers set) only when every lease
+it took was acknowledged or handed back by a call the server answered (`named_on_server`),
+otherwise its heartbeat ages and the broker recovers the rest. A task's BaseException
+(`sys.exit()`, KeyboardInterrupt) is its outcome, like any failure: the consumer thread lives on.
 """
 
 from __future__ import annotations
@@ -75,6 +84,10 @@ RECONNECT_MAX_PAUSE_S = 2.0
 #: Longest an idle process blocks on its queues' wake lists before it looks again, seconds.
 #: An enqueue wakes it at once; the timeout only bounds what a lost token could cost.
 IDLE_WAIT_S = 5.0
+#: Share of `worker_timeout` a heartbeat gap may reach before buffered leases are no longer
+#: trusted. The broker recovers a worker silent for the whole timeout; half leaves room for a
+#: slow heartbeat call and the two clocks, and is still twice the heartbeat interval.
+HEARTBEAT_TRUST_SHARE = 0.5
 
 
 class Phase(enum.Enum):
@@ -89,10 +102,11 @@ class Phase(enum.Enum):
 
 @dataclass(slots=True)
 class Buffered:
-    """A leased task waiting for a consumer, and the monotonic time its lease may have run out by."""
+    """A leased task waiting for a consumer, the monotonic time its lease may have run out by, and its trust epoch."""
 
     result: ThreadmillTaskResult
     expires: float
+    epoch: int
 
 
 @dataclass(slots=True)
@@ -139,6 +153,15 @@ class WorkerProcess:
         self.failed = False
         #: Set when the last turn could not reach the server: the broker recovers what it held.
         self.left_leases = False
+        #: Leases taken and not yet acknowledged, handed back or requeued by a call the server answered.
+        self.unsettled = 0
+        #: Monotonic time the latest heartbeat the server confirmed was sent (start counts as one).
+        self.heartbeat_confirmed_at = time.monotonic()
+        #: Bumped when a heartbeat gap may have let the broker recover this process's leases:
+        #: a buffered task leased in an older epoch is handed back, not run.
+        self.trust_epoch = 0
+        #: Longest heartbeat gap after which buffered leases are not trusted, seconds.
+        self.trust_s = backend.config.worker_timeout * HEARTBEAT_TRUST_SHARE
         self.finished = threading.Event()
         self._shutdown_at = float("inf")
         self._outcomes_since = 0.0
@@ -199,6 +222,11 @@ class WorkerProcess:
         return self.left_leases or bool(self.buffer or self.running or self.outcomes or self.unstarted)
 
     @property
+    def named_on_server(self) -> bool:
+        """Whether a lease on the server may still name this process: then it must not say goodbye."""
+        return self.left_leases or self.unsettled > 0 or bool(self._unanswered)
+
+    @property
     def exit_code(self) -> int:
         """The process's exit code once `finished` is set."""
         return EXIT_FAILED if self.failed else EXIT_RECYCLED if self.recycled else 0
@@ -231,6 +259,7 @@ class WorkerProcess:
                 if self.buffer:
                     logger.warning("%d leased tasks were not run; the broker will recover them.", len(self.buffer))
                     self.buffer.clear()
+                    self.left_leases = True
                 self._enter(Phase.STOPPED)
             self.finished.set()
 
@@ -276,8 +305,10 @@ class WorkerProcess:
 
     def _take_last_work(self) -> Work:
         """At the shutdown deadline, take everything still held (the lock held): the last turn."""
-        work = Work(release=self.unstarted, outcomes=self.outcomes, interrupted=list(self.running.values()), last=True)
+        release = self.unstarted + [entry.result for entry in self.buffer]
+        work = Work(release=release, outcomes=self.outcomes, interrupted=list(self.running.values()), last=True)
         self.unstarted, self.outcomes = [], []
+        self.buffer.clear()
         self.running.clear()
         return work
 
@@ -296,6 +327,8 @@ class WorkerProcess:
         """How many tasks to lease now: 0 unless fetching, due, and half the buffer is free."""
         if self.phase is not Phase.FETCHING or now < self._next_fetch_at or not self.consumers_alive:
             return 0
+        if now - self.heartbeat_confirmed_at > self.trust_s:
+            return 0  # the broker may take what it leases now; the next confirmed heartbeat wakes the fetcher
         free = self.size - len(self.buffer)
         if free < self.refill_at:
             return 0
@@ -326,12 +359,15 @@ class WorkerProcess:
                 self._unanswered = []
             if work.release:
                 self.backend.release(work.release)
+                self._settled_leases(len(work.release))
                 work.release = []
             if work.outcomes:
                 self._settle(work.outcomes)
+                self._settled_leases(len(work.outcomes))
                 work.outcomes = []
             if work.interrupted:
                 self._hand_back_interrupted(work.interrupted)
+                self._settled_leases(len(work.interrupted))
             if work.lease:
                 self._lease(work.lease)
                 work.lease = 0
@@ -345,6 +381,10 @@ class WorkerProcess:
             logger.warning("The server answers again after %.1f s.", time.monotonic() - self._offline_since)
             self._offline_since, self._reconnect_pause = None, RECONNECT_PAUSE_S
         return True
+
+    def _settled_leases(self, count: int) -> None:
+        with self._lock:
+            self.unsettled -= count
 
     def _wait_for_server(self, work: Work, error: ServerUnreachable) -> None:
         """Keep what `work` did not do for the next turn and pause before calling again."""
@@ -374,6 +414,7 @@ class WorkerProcess:
     def _lease(self, count: int) -> None:
         token_base = os.urandom(6).hex()
         expires = time.monotonic() + self.backend.config.lease_ttl
+        epoch = self.trust_epoch
         try:
             results = self.backend.acquire(*self.config.queues, count=count, worker=self.name, token_base=token_base)
         except ServerUnreachable:
@@ -383,9 +424,13 @@ class WorkerProcess:
         with self._lock:
             if self.budget is not None and len(results) < count:
                 self.budget += count - len(results)
-            if results:
+            self.unsettled += len(results)
+            if results and (self.phase is Phase.STOPPING or epoch != self.trust_epoch):
+                # The reply came after stop() emptied the buffer, or after a heartbeat gap: hand them back.
+                self.unstarted.extend(results)
+            elif results:
                 self._poll_pause = self.backend.config.poll_interval
-                self.buffer.extend(Buffered(result, expires) for result in results)
+                self.buffer.extend(Buffered(result, expires, epoch) for result in results)
                 self._has_tasks.notify(len(results))
             elif not self.holds_leases and not self.config.exit_empty:
                 # Nothing ready and nothing held: wait on the server, woken by the next enqueue.
@@ -449,19 +494,51 @@ class WorkerProcess:
                 if outcome is not None:
                     self._finish(outcome)
                 elif result is not None and self.running.pop(result.lease_token, None) is not None:
-                    # Task code raised SystemExit or KeyboardInterrupt: the broker recovers its lease.
+                    # Not reached by task code (its BaseExceptions are outcomes): the broker recovers it.
                     logger.error("Task %s stopped its consumer thread; its lease is left to the broker.", result.id)
+                    self.left_leases = True
                 self._has_work.notify()
             executor.close()
 
     def _take_runnable(self, entry: Buffered) -> ThreadmillTaskResult | None:
-        """Return the buffered task to run, or None when its lease may have run out (it is handed back)."""
-        if time.monotonic() < entry.expires:
+        """Return the buffered task to run, or None when its lease may be lost (it is handed back)."""
+        now = time.monotonic()
+        if entry.epoch != self.trust_epoch or now - self.heartbeat_confirmed_at > self.trust_s:
+            # The broker may have recovered it while this process was silent: never start it on trust.
+            self._distrust_buffer(entry, now)
+            return None
+        if now < entry.expires:
             return entry.result
         logger.warning("Task %s waited in the buffer past its lease; it is handed back, not run.", entry.result.id)
         self.unstarted.append(entry.result)
         self._has_work.notify()
         return None
+
+    def _distrust_buffer(self, entry: Buffered | None, now: float) -> None:
+        """Hand back `entry` and everything buffered (the lock held); the fenced release skips recovered ones."""
+        handed_back = [entry.result] if entry is not None else []
+        handed_back.extend(e.result for e in self.buffer)
+        self.buffer.clear()
+        if handed_back:
+            logger.warning(
+                "No heartbeat of worker process %s was confirmed for %.1f s: %d buffered tasks go back "
+                "unstarted (the broker may have recovered them).",
+                self.name,
+                now - self.heartbeat_confirmed_at,
+                len(handed_back),
+            )
+            self.unstarted.extend(handed_back)
+            self._has_work.notify()
+
+    def heartbeat_confirmed(self, sent_at: float) -> None:
+        """Record that the server stored a heartbeat sent at monotonic `sent_at`; a long gap distrusts the buffer."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self.heartbeat_confirmed_at > self.trust_s:
+                self.trust_epoch += 1
+                self._distrust_buffer(None, now)
+            self.heartbeat_confirmed_at = max(self.heartbeat_confirmed_at, sent_at)
+            self._has_work.notify()
 
     def _wait_for_tasks(self) -> bool:
         """Wait, holding the lock, until a task is buffered; False once none will come."""
@@ -485,7 +562,7 @@ class WorkerProcess:
     def _run(self, executor: Executor, result: ThreadmillTaskResult) -> Outcome:
         try:
             return executor.run(result)
-        except Exception as e:
+        except BaseException as e:  # noqa: BLE001 - a consumer thread outlives whatever its task raised
             # Only a failing signal receiver gets here; the task itself is already settled.
             logger.exception("Running task %s failed outside the task code.", result.id)
             mark_failed(result, error_of(e), datetime.now(UTC))
