@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 
 from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisBroker, RedisTaskBackend
@@ -132,3 +133,79 @@ def test_the_broker_offers_the_latest_tick_once_per_tick(redis_url):
     broker._ticks_seen.clear()
     assert broker.run_schedules() == 1
     assert backend.queue_stats()["default"][Segment.READY] == 1
+
+
+# -- daylight saving: every real instant that matches the cron is a tick, once -------------------
+
+#: Fall-back nights as (zone, the UTC instant its repeated hour starts): 02:00 CEST then CET, 01:00 EDT then EST.
+FALL_BACK = [
+    ("Europe/Berlin", datetime(2026, 10, 25, 0, 0, tzinfo=UTC)),
+    ("America/New_York", datetime(2026, 11, 1, 5, 0, tzinfo=UTC)),
+]
+#: Cron expressions with ticks in a fall-back night's repeated hour (02:00 in Berlin, 01:00 in New York).
+FALL_BACK_CRONS = [
+    (zone, cron)
+    for zone, hour in (("Europe/Berlin", 2), ("America/New_York", 1))
+    for cron in ("*/15 * * * *", "0 * * * *", f"*/20 {hour} * * *", f"30 {hour} * * *")
+]
+
+
+def _schedule(cron: str, zone: str):
+    [schedule] = parse_schedules("default", {"n": {"task": "tests.tasks.echo", "cron": cron}}, ZoneInfo(zone))
+    return schedule
+
+
+def _minutes(start: datetime, hours: int):
+    return [start + timedelta(minutes=minute) for minute in range(-60, 60 * hours)]
+
+
+def _latest_ticks(schedule, moments) -> list[datetime]:
+    """Each distinct latest tick over `moments`, in UTC (ticks of a repeated hour are equal as local times)."""
+    ticks: list[datetime] = []
+    for now in moments:
+        tick = schedule.latest_tick(now).astimezone(UTC)
+        if not ticks or ticks[-1] != tick:
+            ticks.append(tick)
+    return ticks
+
+
+@pytest.mark.parametrize(("zone", "repeated"), FALL_BACK)
+def test_a_fall_back_night_has_the_ticks_of_both_passes_of_the_repeated_hour(zone, repeated):
+    schedule = _schedule("*/15 * * * *", zone)
+    ticks = _latest_ticks(schedule, _minutes(repeated, 3))
+    assert ticks == [repeated + timedelta(minutes=15 * n) for n in range(-4, 12)]
+    # The first tick of the second pass, 02:00 CET (01:00 EST), is what comes after 02:45 CEST (01:45 EDT).
+    second_pass = repeated + timedelta(hours=1)
+    assert schedule.next_tick(second_pass - timedelta(minutes=1)).astimezone(UTC) == second_pass
+    assert schedule.latest_tick(second_pass + timedelta(minutes=5)).astimezone(UTC) == second_pass
+
+
+@pytest.mark.parametrize(("zone", "cron"), FALL_BACK_CRONS)
+def test_latest_and_next_tick_agree_on_every_minute_of_a_fall_back_night(zone, cron):
+    schedule = _schedule(cron, zone)
+    for now in _minutes(dict(FALL_BACK)[zone], 3):
+        latest, upcoming = schedule.latest_tick(now).astimezone(UTC), schedule.next_tick(now).astimezone(UTC)
+        assert latest <= now < upcoming, now
+        assert schedule.next_tick(latest).astimezone(UTC) == upcoming, now
+
+
+def test_a_fixed_time_entry_runs_once_on_a_fall_back_night_and_after_the_gap_on_a_spring_forward_one():
+    # cronsim reads an entry with a fixed hour and minute as Debian cron does: once a day.
+    schedule = _schedule("30 2 * * *", "Europe/Berlin")
+    fall_back = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)  # 02:30 CEST, the first pass
+    assert _latest_ticks(schedule, _minutes(fall_back, 24)) == [fall_back - timedelta(days=1), fall_back]
+    spring_forward = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)  # 02:30 CET does not exist: 03:00 CEST
+    assert schedule.next_tick(spring_forward - timedelta(hours=1)).astimezone(UTC) == spring_forward
+
+
+def test_the_broker_enqueues_every_quarter_hour_of_a_fall_back_night_once(redis_url, settings):
+    settings.TIME_ZONE = "Europe/Berlin"
+    backend = _backend(redis_url, {"quarterly": {"task": "tests.tasks.echo", "cron": "*/15 * * * *"}})
+    broker = RedisBroker(backend, ["default"])
+    repeated = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)  # 02:00 CEST; 01:00 UTC is 02:00 CET
+    enqueued = [broker.run_schedules(now) for now in _minutes(repeated, 3)]
+    # First sight at 01:00 CEST only records that tick; then 4 runs an hour to 03:45 CET, 8 in the repeated hour.
+    assert sum(enqueued) == 15
+    assert backend.queue_stats()["default"][Segment.READY] == 15
+    assert backend.schedule_states()["quarterly"]["last_tick"] == datetime(2026, 10, 25, 2, 45, tzinfo=UTC)
+
