@@ -209,3 +209,57 @@ def test_the_broker_enqueues_every_quarter_hour_of_a_fall_back_night_once(redis_
     assert backend.queue_stats()["default"][Segment.READY] == 15
     assert backend.schedule_states()["quarterly"]["last_tick"] == datetime(2026, 10, 25, 2, 45, tzinfo=UTC)
 
+
+# -- an edited cron is a new schedule ---------------------------------------------------------------
+
+
+def _nightly(redis_url, cron: str, zone: str = "UTC") -> RedisBroker:
+    with override_settings(TIME_ZONE=zone):
+        backend = _backend(redis_url, {"nightly": {"task": "tests.tasks.echo", "cron": cron}})
+    return RedisBroker(backend, ["default"])
+
+
+def _ready(broker: RedisBroker) -> int:
+    return broker.backend.queue_stats()["default"][Segment.READY]
+
+
+def test_an_edited_cron_starts_at_its_next_tick_not_at_one_that_passed_before_the_edit(redis_url):
+    day = datetime(2026, 11, 30, tzinfo=UTC)
+    before = _nightly(redis_url, "0 3 * * *")
+    before.run_schedules(day - timedelta(hours=20))  # first sight
+    assert before.run_schedules(day + timedelta(hours=3, seconds=10)) == 1
+    # A deploy at 12:00:30 edits it to 09:00; an old release's broker, restarted, still runs beside the new one.
+    after = _nightly(redis_url, "0 9 * * *")
+    assert after.run_schedules(day + timedelta(hours=12, seconds=30)) == 0
+    assert after.backend.client.hget(after.backend.keys.schedules(), "nightly:cron") == b"0 9 * * * UTC"
+    assert _nightly(redis_url, "0 3 * * *").run_schedules(day + timedelta(hours=12, seconds=40)) == 0
+    assert after.run_schedules(day + timedelta(days=1, hours=9, seconds=10)) == 1
+    assert _ready(after) == 2
+
+
+def test_a_new_zone_is_an_edit_but_a_respelt_cron_is_not(redis_url):
+    day = datetime(2026, 11, 30, tzinfo=UTC)
+    _nightly(redis_url, "0  3 * * *").run_schedules(day - timedelta(hours=20))
+    # Every broker down over 03:00; one started at 05:00, its cron spelt differently, catches up once.
+    restarted = _nightly(redis_url, "0 3 * * *")
+    assert restarted.run_schedules(day + timedelta(hours=5)) == 1
+    # 03:00 in Tokyo is 18:00 UTC: at 20:00 its latest tick, 18:00, is newer than the recorded one, 03:00.
+    tokyo = _nightly(redis_url, "0 3 * * *", "Asia/Tokyo")
+    assert tokyo.run_schedules(day + timedelta(hours=20)) == 0
+    assert tokyo.run_schedules(day + timedelta(days=1, hours=18, seconds=10)) == 1
+    assert _ready(tokyo) == 2
+
+
+def test_a_rolling_deploy_that_edits_a_cron_runs_each_new_tick_once_and_none_that_passed_before(redis_url):
+    start = datetime(2026, 11, 30, 12, 12, tzinfo=UTC)
+    old = _nightly(redis_url, "*/15 * * * *")
+    old.run_schedules(start - timedelta(hours=1))
+    assert old.run_schedules(start) == 1  # 12:00
+    new = _nightly(redis_url, "*/5 * * * *")  # its latest tick, 12:10, passed before the deploy
+    runs = 0
+    for minute in range(1, 39):  # both side by side to 12:50, the old one first, then the new one first
+        now = start + timedelta(minutes=minute)
+        pair = (old, new) if minute % 2 else (new, old)
+        runs += sum(broker.run_schedules(now) for broker in pair)
+    assert runs == 8  # 12:15 to 12:50: each tick of the new cron once, the old one's among them
+    assert _ready(new) == 9

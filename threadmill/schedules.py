@@ -5,7 +5,8 @@ of each run. The broker enqueues a run when the latest tick at or before now is 
 the last tick it enqueued; the check and the enqueue are one script call, so however many
 brokers run, each tick is enqueued once. A schedule seen for the first time only records its
 latest tick (nothing is enqueued for ticks before it existed), and after an outage only the
-latest missed tick is enqueued, once, not one run per missed tick.
+latest missed tick is enqueued, once, not one run per missed tick. An edited cron or zone is
+a new schedule (the guard compares them with the ones recorded beside the last tick).
 
 Ticks are instants: on a fall-back night the two passes of the repeated hour are different
 ticks of `*/15 * * * *`. They are returned in the schedule's zone with `fold` set, and compared
@@ -40,6 +41,11 @@ class Schedule:
     timezone: tzinfo
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timing(self) -> str:
+        """Return the cron expression and time zone as stored beside the last tick, to recognise an edit."""
+        return f"{' '.join(self.cron.upper().split())} {getattr(self.timezone, 'key', None) or self.timezone}"
 
     def latest_tick(self, now: datetime) -> datetime:
         """Return the latest tick at or before `now`, in the schedule's zone."""

@@ -118,7 +118,7 @@ class RedisBroker:
             seen = self._ticks_seen.get(schedule.name)
             if seen == tick.timestamp():
                 continue
-            result = self.backend.enqueue_scheduled(schedule, tick)
+            result = self.backend.enqueue_scheduled(schedule, tick, first_offer=seen is None)
             self._ticks_seen[schedule.name] = tick.timestamp()
             if result is not None:
                 logger.info("Schedule %s: enqueued task %s for %s.", schedule.name, result.id, tick.isoformat())
