@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 
 from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisBroker, RedisTaskBackend
@@ -132,3 +133,133 @@ def test_the_broker_offers_the_latest_tick_once_per_tick(redis_url):
     broker._ticks_seen.clear()
     assert broker.run_schedules() == 1
     assert backend.queue_stats()["default"][Segment.READY] == 1
+
+
+# -- daylight saving: every real instant that matches the cron is a tick, once -------------------
+
+#: Fall-back nights as (zone, the UTC instant its repeated hour starts): 02:00 CEST then CET, 01:00 EDT then EST.
+FALL_BACK = [
+    ("Europe/Berlin", datetime(2026, 10, 25, 0, 0, tzinfo=UTC)),
+    ("America/New_York", datetime(2026, 11, 1, 5, 0, tzinfo=UTC)),
+]
+#: Cron expressions with ticks in a fall-back night's repeated hour (02:00 in Berlin, 01:00 in New York).
+FALL_BACK_CRONS = [
+    (zone, cron)
+    for zone, hour in (("Europe/Berlin", 2), ("America/New_York", 1))
+    for cron in ("*/15 * * * *", "0 * * * *", f"*/20 {hour} * * *", f"30 {hour} * * *")
+]
+
+
+def _schedule(cron: str, zone: str):
+    [schedule] = parse_schedules("default", {"n": {"task": "tests.tasks.echo", "cron": cron}}, ZoneInfo(zone))
+    return schedule
+
+
+def _minutes(start: datetime, hours: int):
+    return [start + timedelta(minutes=minute) for minute in range(-60, 60 * hours)]
+
+
+def _latest_ticks(schedule, moments) -> list[datetime]:
+    """Each distinct latest tick over `moments`, in UTC (ticks of a repeated hour are equal as local times)."""
+    ticks: list[datetime] = []
+    for now in moments:
+        tick = schedule.latest_tick(now).astimezone(UTC)
+        if not ticks or ticks[-1] != tick:
+            ticks.append(tick)
+    return ticks
+
+
+@pytest.mark.parametrize(("zone", "repeated"), FALL_BACK)
+def test_a_fall_back_night_has_the_ticks_of_both_passes_of_the_repeated_hour(zone, repeated):
+    schedule = _schedule("*/15 * * * *", zone)
+    ticks = _latest_ticks(schedule, _minutes(repeated, 3))
+    assert ticks == [repeated + timedelta(minutes=15 * n) for n in range(-4, 12)]
+    # The first tick of the second pass, 02:00 CET (01:00 EST), is what comes after 02:45 CEST (01:45 EDT).
+    second_pass = repeated + timedelta(hours=1)
+    assert schedule.next_tick(second_pass - timedelta(minutes=1)).astimezone(UTC) == second_pass
+    assert schedule.latest_tick(second_pass + timedelta(minutes=5)).astimezone(UTC) == second_pass
+
+
+@pytest.mark.parametrize(("zone", "cron"), FALL_BACK_CRONS)
+def test_latest_and_next_tick_agree_on_every_minute_of_a_fall_back_night(zone, cron):
+    schedule = _schedule(cron, zone)
+    for now in _minutes(dict(FALL_BACK)[zone], 3):
+        latest, upcoming = schedule.latest_tick(now).astimezone(UTC), schedule.next_tick(now).astimezone(UTC)
+        assert latest <= now < upcoming, now
+        assert schedule.next_tick(latest).astimezone(UTC) == upcoming, now
+
+
+def test_a_fixed_time_entry_runs_once_on_a_fall_back_night_and_after_the_gap_on_a_spring_forward_one():
+    # cronsim reads an entry with a fixed hour and minute as Debian cron does: once a day.
+    schedule = _schedule("30 2 * * *", "Europe/Berlin")
+    fall_back = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)  # 02:30 CEST, the first pass
+    assert _latest_ticks(schedule, _minutes(fall_back, 24)) == [fall_back - timedelta(days=1), fall_back]
+    spring_forward = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)  # 02:30 CET does not exist: 03:00 CEST
+    assert schedule.next_tick(spring_forward - timedelta(hours=1)).astimezone(UTC) == spring_forward
+
+
+def test_the_broker_enqueues_every_quarter_hour_of_a_fall_back_night_once(redis_url, settings):
+    settings.TIME_ZONE = "Europe/Berlin"
+    backend = _backend(redis_url, {"quarterly": {"task": "tests.tasks.echo", "cron": "*/15 * * * *"}})
+    broker = RedisBroker(backend, ["default"])
+    repeated = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)  # 02:00 CEST; 01:00 UTC is 02:00 CET
+    enqueued = [broker.run_schedules(now) for now in _minutes(repeated, 3)]
+    # First sight at 01:00 CEST only records that tick; then 4 runs an hour to 03:45 CET, 8 in the repeated hour.
+    assert sum(enqueued) == 15
+    assert backend.queue_stats()["default"][Segment.READY] == 15
+    assert backend.schedule_states()["quarterly"]["last_tick"] == datetime(2026, 10, 25, 2, 45, tzinfo=UTC)
+
+
+# -- an edited cron is a new schedule ---------------------------------------------------------------
+
+
+def _nightly(redis_url, cron: str, zone: str = "UTC") -> RedisBroker:
+    with override_settings(TIME_ZONE=zone):
+        backend = _backend(redis_url, {"nightly": {"task": "tests.tasks.echo", "cron": cron}})
+    return RedisBroker(backend, ["default"])
+
+
+def _ready(broker: RedisBroker) -> int:
+    return broker.backend.queue_stats()["default"][Segment.READY]
+
+
+def test_an_edited_cron_starts_at_its_next_tick_not_at_one_that_passed_before_the_edit(redis_url):
+    day = datetime(2026, 11, 30, tzinfo=UTC)
+    before = _nightly(redis_url, "0 3 * * *")
+    before.run_schedules(day - timedelta(hours=20))  # first sight
+    assert before.run_schedules(day + timedelta(hours=3, seconds=10)) == 1
+    # A deploy at 12:00:30 edits it to 09:00; an old release's broker, restarted, still runs beside the new one.
+    after = _nightly(redis_url, "0 9 * * *")
+    assert after.run_schedules(day + timedelta(hours=12, seconds=30)) == 0
+    assert after.backend.client.hget(after.backend.keys.schedules(), "nightly:cron") == b"0 9 * * * UTC"
+    assert _nightly(redis_url, "0 3 * * *").run_schedules(day + timedelta(hours=12, seconds=40)) == 0
+    assert after.run_schedules(day + timedelta(days=1, hours=9, seconds=10)) == 1
+    assert _ready(after) == 2
+
+
+def test_a_new_zone_is_an_edit_but_a_respelt_cron_is_not(redis_url):
+    day = datetime(2026, 11, 30, tzinfo=UTC)
+    _nightly(redis_url, "0  3 * * *").run_schedules(day - timedelta(hours=20))
+    # Every broker down over 03:00; one started at 05:00, its cron spelt differently, catches up once.
+    restarted = _nightly(redis_url, "0 3 * * *")
+    assert restarted.run_schedules(day + timedelta(hours=5)) == 1
+    # 03:00 in Tokyo is 18:00 UTC: at 20:00 its latest tick, 18:00, is newer than the recorded one, 03:00.
+    tokyo = _nightly(redis_url, "0 3 * * *", "Asia/Tokyo")
+    assert tokyo.run_schedules(day + timedelta(hours=20)) == 0
+    assert tokyo.run_schedules(day + timedelta(days=1, hours=18, seconds=10)) == 1
+    assert _ready(tokyo) == 2
+
+
+def test_a_rolling_deploy_that_edits_a_cron_runs_each_new_tick_once_and_none_that_passed_before(redis_url):
+    start = datetime(2026, 11, 30, 12, 12, tzinfo=UTC)
+    old = _nightly(redis_url, "*/15 * * * *")
+    old.run_schedules(start - timedelta(hours=1))
+    assert old.run_schedules(start) == 1  # 12:00
+    new = _nightly(redis_url, "*/5 * * * *")  # its latest tick, 12:10, passed before the deploy
+    runs = 0
+    for minute in range(1, 39):  # both side by side to 12:50, the old one first, then the new one first
+        now = start + timedelta(minutes=minute)
+        pair = (old, new) if minute % 2 else (new, old)
+        runs += sum(broker.run_schedules(now) for broker in pair)
+    assert runs == 8  # 12:15 to 12:50: each tick of the new cron once, the old one's among them
+    assert _ready(new) == 9

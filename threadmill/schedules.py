@@ -5,15 +5,20 @@ of each run. The broker enqueues a run when the latest tick at or before now is 
 the last tick it enqueued; the check and the enqueue are one script call, so however many
 brokers run, each tick is enqueued once. A schedule seen for the first time only records its
 latest tick (nothing is enqueued for ticks before it existed), and after an outage only the
-latest missed tick is enqueued, once, not one run per missed tick.
+latest missed tick is enqueued, once, not one run per missed tick. An edited cron or zone is
+a new schedule (the guard compares them with the ones recorded beside the last tick).
+
+Ticks are instants: on a fall-back night the two passes of the repeated hour are different
+ticks of `*/15 * * * *`. They are returned in the schedule's zone with `fold` set, and compared
+in UTC, since two aware datetimes of one zone compare by wall clock and ignore `fold`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from cronsim import CronSim, CronSimError
@@ -37,15 +42,38 @@ class Schedule:
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def timing(self) -> str:
+        """Return the cron expression and time zone as stored beside the last tick, to recognise an edit."""
+        return f"{' '.join(self.cron.upper().split())} {getattr(self.timezone, 'key', None) or self.timezone}"
+
     def latest_tick(self, now: datetime) -> datetime:
-        """Return the latest tick at or before `now`."""
-        # cronsim's reverse iteration starts strictly before its start: one second on includes now.
-        start = now.astimezone(self.timezone).replace(microsecond=0) + timedelta(seconds=1)
-        return next(CronSim(self.cron, start, reverse=True))
+        """Return the latest tick at or before `now`, in the schedule's zone."""
+        now = now.astimezone(UTC).replace(microsecond=0)
+        # cronsim's reverse walk starts strictly before its start, so one second on includes now. The
+        # second is added in UTC: added to a local time it would drop `fold` and, on a fall-back night,
+        # land an hour early, in the first pass of the repeated hour.
+        walk = CronSim(self.cron, (now + timedelta(seconds=1)).astimezone(self.timezone), reverse=True)
+        tick = next(tick for tick in walk if _utc(tick) <= now)
+        # A fixed-time entry is walked on the wall clock (cronsim mimics Debian cron), which cannot tell the
+        # two passes apart either: the forward walk is what defines the ticks, so take any it has before now.
+        for later in self._ticks_after(tick):
+            if _utc(later) > now:
+                return tick
+            tick = later
+        return tick
 
     def next_tick(self, now: datetime) -> datetime:
-        """Return the first tick after `now`."""
-        return next(CronSim(self.cron, now.astimezone(self.timezone)))
+        """Return the first tick after `now`, in the schedule's zone."""
+        return next(self._ticks_after(now))
+
+    def _ticks_after(self, start: datetime) -> Iterator[datetime]:
+        # Aware datetimes of one zone compare by wall clock, ignoring `fold`: compare in UTC.
+        after = _utc(start)
+        for tick in CronSim(self.cron, start.astimezone(self.timezone)):
+            if _utc(tick) > after:
+                after = _utc(tick)
+                yield tick.astimezone(self.timezone)
 
     def task(self):
         """Return the task this schedule runs; ImproperlyConfigured naming the entry when it cannot be found."""
@@ -58,6 +86,10 @@ class Schedule:
         if not hasattr(task, "enqueue"):
             raise ImproperlyConfigured(f"SCHEDULE entry {self.name!r}: {self.task_path!r} is not a task (use @task).")
         return task
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC)
 
 
 def parse_schedules(alias: str, raw: Any, timezone: tzinfo) -> tuple[Schedule, ...]:

@@ -49,8 +49,8 @@ class RedisBroker:
         self.queue_names = queue_names
         #: Monotonic time the next deferred task falls due, as of the last mover pass; None when none is deferred.
         self.next_due_at: float | None = None
-        #: Each schedule's latest tick this broker has handed to the enqueue guard.
-        self._ticks_seen: dict[str, datetime] = {}
+        #: Each schedule's latest tick this broker has handed to the enqueue guard, epoch seconds.
+        self._ticks_seen: dict[str, float] = {}
         #: Monotonic time since which every pass reached the server; None after a failure.
         self._reachable_since: float | None = None
 
@@ -106,18 +106,20 @@ class RedisBroker:
         options = self.backend.config
         return now - self._reachable_since >= options.worker_timeout + options.socket_timeout
 
-    def run_schedules(self) -> int:
-        """Enqueue each schedule's latest tick unless a broker already did; return how many this one enqueued."""
+    def run_schedules(self, now: datetime | None = None) -> int:
+        """Enqueue each schedule's latest tick at `now` (the server's clock) unless a broker did; return how many."""
         if not self.backend.schedules:
             return 0
-        now = self.backend.server_time()
+        now = self.backend.server_time() if now is None else now
         enqueued = 0
         for schedule in self.backend.schedules:
             tick = schedule.latest_tick(now)
-            if self._ticks_seen.get(schedule.name) == tick:
+            # Epoch seconds: two ticks of a fall-back night's repeated hour are equal as local datetimes.
+            seen = self._ticks_seen.get(schedule.name)
+            if seen == tick.timestamp():
                 continue
-            result = self.backend.enqueue_scheduled(schedule, tick)
-            self._ticks_seen[schedule.name] = tick
+            result = self.backend.enqueue_scheduled(schedule, tick, first_offer=seen is None)
+            self._ticks_seen[schedule.name] = tick.timestamp()
             if result is not None:
                 logger.info("Schedule %s: enqueued task %s for %s.", schedule.name, result.id, tick.isoformat())
                 enqueued += 1

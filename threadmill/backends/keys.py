@@ -114,7 +114,8 @@ class KeySchema:
         return f"{self.prefix}:worker:{name}:wake"
 
     def schedules(self) -> str:
-        """Hash of schedule state: `<name>:tick` (last enqueued tick), `:task`, `:enqueued_at`, `:paused`."""
+        """Hash of schedule state: `<name>:tick` (last enqueued tick), `:cron` (its cron and zone), `:task`,
+        `:enqueued_at`, `:paused`."""
         return f"{self.prefix}:schedules"
 
     def control(self) -> str:

@@ -189,19 +189,23 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         await task_enqueued.asend(type(self), task_result=result)
         return result
 
-    def enqueue_scheduled(self, schedule: Schedule, tick: datetime | None) -> ThreadmillTaskResult | None:
+    def enqueue_scheduled(
+        self, schedule: Schedule, tick: datetime | None, *, first_offer: bool = False
+    ) -> ThreadmillTaskResult | None:
         """Enqueue one run of `schedule` for `tick` unless a run for it (or a later tick) was enqueued already.
 
         The check and the enqueue are one script call, so any number of brokers enqueue a tick
         once. `tick` None runs it now (an operator's "run now"), whatever the schedule's state.
-        Returns the result, or None when the guard refused (paused, already enqueued, first sight).
+        `first_offer` says the caller has not offered this schedule before: if the cron or zone
+        recorded with the last tick differ, the schedule was edited and starts at its next tick.
+        Returns the result, or None when the guard refused (paused, already enqueued, first sight, edited).
         """
         task = schedule.task()
         self.validate_task(task)
         # Partition 0, which holds the schedules hash the guard reads.
         partition = None if self.partition_count == 1 else 0
         prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time(), partition)
-        guard = (schedule.name, "" if tick is None else repr(tick.timestamp()))
+        guard = (schedule.name, "" if tick is None else repr(tick.timestamp()), schedule.timing, str(int(first_offer)))
         if not self.scripts.enqueue_many(task.queue_name, [prepared.entry], int(prepared.now // 60), schedule=guard):
             return None
         result = self._new_result(task, prepared)

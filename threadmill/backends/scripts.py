@@ -243,11 +243,12 @@ class RedisScripts:
         entries: Sequence[tuple[str, str, Segment, str, str]],
         minute: int,
         durable_within_s: float | None = None,
-        schedule: tuple[str, str] = ("", ""),
+        schedule: tuple[str, str, str, str] = ("", "", "", "0"),
     ) -> int:
         """Store (task id, payload, segment, ready score, score) entries of one queue in one call; return how many.
 
-        `schedule` is (name, tick or "" for run-now) for a scheduled run: 0 when its guard refused it.
+        `schedule` is (name, tick or "" for run-now, cron and zone, "1" on a broker's first offer) for a
+        scheduled run: 0 when its guard refused it.
 
         With `durable_within_s`, return only once they are in the append-only file; raises
         DurableEnqueueError when the server cannot confirm that within the time.
@@ -269,7 +270,7 @@ class RedisScripts:
         queue_name: str,
         entries: Sequence[tuple[str, str, Segment, str, str]],
         minute: int,
-        schedule: tuple[str, str] = ("", ""),
+        schedule: tuple[str, str, str, str] = ("", "", "", "0"),
     ) -> tuple[list[str], list[Any]]:
         """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
         k = self.keys

@@ -4,11 +4,15 @@
 -- worker, so a burst does not wake every idle worker at once (acquire passes the token on).
 -- A scheduled run (ARGV[4] names its schedule) is guarded in the same call, so each tick is
 -- enqueued once however many brokers try: nothing is written when the schedule's last tick is
--- not older than this one; a schedule seen for the first time, or paused, only records the tick. A run-now (no tick) skips the guard and is recorded as the last run.
+-- not older than this one; a schedule seen for the first time, or paused, only records the tick.
+-- The cron and zone are recorded beside the tick: a broker's first offer under other ones than
+-- recorded is an edit made while it was away, and an edited schedule starts at its next tick like
+-- a new one (later offers do not compare them: in a rolling deploy both versions run side by side).
+-- A run-now (no tick) skips the guard and is recorded as the last run.
 -- KEYS[1]     (set)    every queue name
 -- KEYS[2]     (string) this minute's ingress counter of the queue
 -- KEYS[3]     (list)   the queue's wake list
--- KEYS[4]     (hash)   schedule state: <name>:tick, <name>:task, <name>:enqueued_at, <name>:paused
+-- KEYS[4]     (hash)   schedule state: <name>:tick, <name>:cron, <name>:task, <name>:enqueued_at, <name>:paused
 -- KEYS[5]     (hash)   the queue's totals: enqueued, finished, failed
 -- KEYS[2i+4]  (hash)   task i
 -- KEYS[2i+5]  (zset)   task i's target segment: ready (score: priority, then FIFO) or deferred (run_after)
@@ -17,34 +21,43 @@
 -- ARGV[3]     (number) seconds the ingress counter lives
 -- ARGV[4]     (string) the schedule this run belongs to, or "" for a plain enqueue
 -- ARGV[5]     (number) the schedule's tick, epoch seconds, or "" for a run-now
--- ARGV[6]     (string) "1" to publish with SPUBLISH (a cluster's sharded pub/sub), "0" with PUBLISH
--- ARGV[5i+2]  (string) task i's id
--- ARGV[5i+3]  (string) task i's payload, stored exactly as given
--- ARGV[5i+4]  (string) task i's target segment name, "ready" or "deferred"
--- ARGV[5i+5]  (number) task i's ready score, kept in the hash so a deferred task can be promoted
--- ARGV[5i+6]  (number) task i's score in its target segment
+-- ARGV[6]     (string) the schedule's cron expression and zone, "" for a plain enqueue
+-- ARGV[7]     (string) "1" when this is the calling broker's first offer of the schedule, else "0"
+-- ARGV[8]     (string) "1" to publish with SPUBLISH (a cluster's sharded pub/sub), "0" with PUBLISH
+-- ARGV[5i+4]  (string) task i's id
+-- ARGV[5i+5]  (string) task i's payload, stored exactly as given
+-- ARGV[5i+6]  (string) task i's target segment name, "ready" or "deferred"
+-- ARGV[5i+7]  (number) task i's ready score, kept in the hash so a deferred task can be promoted
+-- ARGV[5i+8]  (number) task i's score in its target segment
 -- Returns: the number of tasks stored (0 when a schedule's guard refused the run)
-local n = (#ARGV - 6) / 5
-local schedule, tick = ARGV[4], ARGV[5]
+local n = (#ARGV - 8) / 5
+local schedule, tick, timing = ARGV[4], ARGV[5], ARGV[6]
 if schedule ~= '' then
   if tick ~= '' then
     local last = redis.call('HGET', KEYS[4], schedule .. ':tick')
+    local recorded = redis.call('HGET', KEYS[4], schedule .. ':cron')
+    -- State from a release that did not record the cron cannot tell an edit: it is trusted.
+    local edited = ARGV[7] == '1' and recorded and recorded ~= timing
     if last and tonumber(last) >= tonumber(tick) then
+      -- Recorded now, or this broker's restart after the new cron's next tick would skip it.
+      if edited then
+        redis.call('HSET', KEYS[4], schedule .. ':cron', timing)
+      end
       return 0
     end
     -- The tick is taken even when nothing runs, so a paused schedule resumes at its next tick.
-    redis.call('HSET', KEYS[4], schedule .. ':tick', tick)
-    if not last or redis.call('HEXISTS', KEYS[4], schedule .. ':paused') == 1 then
+    redis.call('HSET', KEYS[4], schedule .. ':tick', tick, schedule .. ':cron', timing)
+    if not last or edited or redis.call('HEXISTS', KEYS[4], schedule .. ':paused') == 1 then
       return 0
     end
   end
   local time = redis.call('TIME')
-  redis.call('HSET', KEYS[4], schedule .. ':task', ARGV[7], schedule .. ':enqueued_at',
+  redis.call('HSET', KEYS[4], schedule .. ':task', ARGV[9], schedule .. ':enqueued_at',
     string.format('%d.%06d', time[1], time[2]))
 end
 local ready = false
 for i = 1, n do
-  local a = 5 * i + 2
+  local a = 5 * i + 4
   redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
     'score', ARGV[a + 3])
   redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
@@ -58,6 +71,6 @@ redis.call('HINCRBY', KEYS[5], 'enqueued', n)
 if ready and redis.call('LLEN', KEYS[3]) == 0 then
   redis.call('LPUSH', KEYS[3], '1')
 end
-local publish = ARGV[6] == '1' and 'SPUBLISH' or 'PUBLISH'
+local publish = ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH'
 redis.call(publish, ARGV[2], '{"type":"ingress","queue":' .. cjson.encode(ARGV[1]) .. ',"count":' .. n .. '}')
 return n
