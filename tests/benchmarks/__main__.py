@@ -62,6 +62,9 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument("--batch", type=int, default=100, help="tasks per enqueue_many call (default 100)")
     parser.add_argument(
+        "--fault", default=None, help="faults: only the rows whose name contains this text (default every row)"
+    )
+    parser.add_argument(
         "--partitions",
         type=int,
         nargs="+",
@@ -132,7 +135,7 @@ def main() -> None:
     if "faults" in args.benchmarks:
         from . import faults
 
-        faults.run(tasks=args.tasks or faults.DEFAULT_TASKS, repeats=args.repeats or 1)
+        faults.run(tasks=args.tasks or faults.DEFAULT_TASKS, repeats=args.repeats or 1, only=args.fault)
     if "charts" in args.benchmarks:
         from . import charts
 

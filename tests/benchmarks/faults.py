@@ -46,6 +46,10 @@ OBSERVE_S = 60.0
 LONG_TASK_S = 120
 #: Seconds the server stays down in the outage row.
 OUTAGE_S = 10.0
+#: Seconds the freeze row stops the worker process: twice the default worker_timeout.
+FREEZE_S = 30.0
+#: Tasks among the drain that call sys.exit() in the SystemExit row.
+EXITING_TASKS = 10
 #: Seconds between two readings of the stored results.
 POLL_S = 0.1
 #: The worker command of every row.
@@ -82,6 +86,20 @@ def server_down(drain: Drain) -> None:
     drain.server.start()
 
 
+def freeze_worker_process(drain: Drain) -> None:
+    """SIGSTOP the pool's worker process for `FREEZE_S`, then SIGCONT it (the broker recovers its leases meanwhile)."""
+    pid = psutil.Process(drain.pool.pid).children()[0].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(FREEZE_S)  # The freeze itself.
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def nothing(drain: Drain) -> None:
+    """No fault from outside: the row's own tasks are the fault."""
+
+
 def sigterm_pool(drain: Drain) -> None:
     """SIGTERM the pool, as an orchestrator stopping it would."""
     drain.pool.send_signal(signal.SIGTERM)
@@ -93,12 +111,16 @@ class Fault:
     strike: Callable[[Drain], None]
     #: Whether a 120 s task runs first, and the row measures the pool's exit instead of the drain.
     long_task: bool = False
+    #: Tasks enqueued among the drain that call sys.exit(): they must end FAILED, run once.
+    exiting: int = 0
 
 
 FAULTS = [
     Fault("kill -9 the worker process (the pool respawns it)", kill_worker_process),
     Fault("restart Valkey cleanly (SIGTERM, append-only file)", restart_server),
     Fault(f"Valkey down for {OUTAGE_S:g} s, then back", server_down),
+    Fault(f"freeze the worker process {FREEZE_S:g} s (SIGSTOP, 2x worker_timeout)", freeze_worker_process),
+    Fault(f"{EXITING_TASKS} tasks call sys.exit() among the drain", nothing, exiting=EXITING_TASKS),
     Fault(f"SIGTERM to the pool while a {LONG_TASK_S} s task runs", sigterm_pool, long_task=True),
 ]
 
@@ -123,15 +145,18 @@ def pool_env(server_url: str, counter_url: str) -> dict[str, str]:
     return env
 
 
-def enqueue(server_url: str, tasks: int, long_task: bool) -> list[str]:
-    from tests.tasks import count_run
+def enqueue(server_url: str, tasks: int, fault: Fault) -> list[str]:
+    from tests.tasks import count_run, count_then_exit
     from threadmill.backends.redis import RedisTaskBackend
 
     backend = RedisTaskBackend("default", {"REDIS_URL": server_url, "QUEUES": QUEUES})
     ids = []
-    if long_task:
+    if fault.long_task:
         ids.append(backend.enqueue(count_run.using(priority=10), [], {"sleep_ms": LONG_TASK_S * 1000}).id)
-    ids += [backend.enqueue(count_run, [], {"sleep_ms": TASK_MS}).id for _ in range(tasks)]
+    every = tasks // fault.exiting if fault.exiting else 0
+    for i in range(tasks):
+        exits = every and i % every == every // 2
+        ids.append(backend.enqueue(count_then_exit if exits else count_run, [], {} if exits else {"sleep_ms": TASK_MS}).id)
     backend.client.close()
     return ids
 
@@ -144,13 +169,24 @@ def successful(client: redis.Redis) -> int | None:
         return None
 
 
+def settled(client: redis.Redis) -> int | None:
+    """Tasks stored as successful or failed (nothing left to run), or None while the server does not answer."""
+    try:
+        pipe = client.pipeline(transaction=False)
+        for segment in (Segment.SUCCESSFUL, Segment.FAILED):
+            pipe.zcard(f"threadmill:{{default}}:default:{segment}")
+        return sum(pipe.execute())
+    except redis.RedisError:
+        return None
+
+
 def measure_once(fault: Fault, counter_url: str, tasks: int, scratch: Path) -> dict[str, Any]:
     """Run one drain through `fault` and return its row."""
     counter = redis.Redis.from_url(counter_url)
     counter.flushall()
     data_dir = tempfile.mkdtemp(prefix="valkey-", dir=scratch)
     server = EmbeddedValkey(data_dir, free_port(), persist=True).start()
-    ids = enqueue(server.url, tasks, fault.long_task)
+    ids = enqueue(server.url, tasks, fault)
     log = scratch / "pool.log"
     with open(log, "w") as out:
         pool = subprocess.Popen(
@@ -186,22 +222,25 @@ def observe(drain: Drain, fault: Fault, counter: redis.Redis, ids: list[str]) ->
             if drain.pool.poll() is not None:
                 exited_s = time.monotonic() - struck
                 break
-        elif successful(drain.client) == len(ids):
+        elif settled(drain.client) == len(ids):
             all_ran_s = time.monotonic() - struck
             break
         time.sleep(POLL_S)
     finished = {key.decode(): int(n) for key, n in counter.hgetall("faults:finished").items()}
-    done = successful(drain.client) or 0
+    started = {key.decode(): int(n) for key, n in counter.hgetall("faults:started").items()}
+    done = settled(drain.client) or 0
     try:
         failed = drain.client.zcard(f"threadmill:{{default}}:default:{Segment.FAILED}")
     except redis.RedisError:
         failed = None
+    # A task that calls sys.exit() never finishes: its one start is its run.
+    runs = {task_id: max(finished.get(task_id, 0), started.get(task_id, 0) if fault.exiting else 0) for task_id in ids}
     return {
         "fault": fault.name,
         "measures_exit": fault.long_task,
         "enqueued": len(ids),
         "not_run": len(ids) - done,
-        "run_twice": sum(1 for task_id in ids if finished.get(task_id, 0) > 1),
+        "run_twice": sum(1 for task_id in ids if runs[task_id] > 1),
         "failed": failed,
         "all_ran_after_s": None if all_ran_s is None else round(all_ran_s, 2),
         "pool_exited_after_s": None if exited_s is None else round(exited_s, 2),
@@ -209,14 +248,17 @@ def observe(drain: Drain, fault: Fault, counter: redis.Redis, ids: list[str]) ->
     }
 
 
-def run(tasks: int = DEFAULT_TASKS, repeats: int = 1) -> dict[str, Any]:
-    """Run every fault `repeats` times, print the table and write results/faults.json."""
+def run(tasks: int = DEFAULT_TASKS, repeats: int = 1, only: str | None = None) -> dict[str, Any]:
+    """Run every fault (or those whose name contains `only`) `repeats` times, print the table, write results/faults.json."""
     setup_django()
-    rows: dict[str, list[dict[str, Any]]] = {fault.name: [] for fault in FAULTS}
+    chosen = [fault for fault in FAULTS if only is None or only in fault.name]
+    if not chosen:
+        raise SystemExit(f"No fault row's name contains {only!r}; the rows are: {'; '.join(f.name for f in FAULTS)}.")
+    rows: dict[str, list[dict[str, Any]]] = {fault.name: [] for fault in chosen}
     scratch = Path(tempfile.mkdtemp(prefix="threadmill-faults-"))
     with valkey() as counter_server:
         for repeat in range(repeats):
-            for fault in FAULTS:
+            for fault in chosen:
                 row = measure_once(fault, counter_server.url, tasks, scratch)
                 rows[fault.name].append(row)
                 print(f"[{repeat + 1}/{repeats}] {fault.name}: {row}", flush=True)
