@@ -87,6 +87,16 @@ def test_requeue_moves_from_any_segment_and_keeps_the_priority_band(scripts, raw
     assert scripts.requeue("id", "default", run_after=None) == 0
 
 
+def test_requeue_refuses_a_task_that_left_the_segment_it_was_read_in(scripts, raw):
+    scripts.enqueue("id", "{}", "default", Segment.DEFERRED, "1", "1", 1)
+    scripts.promote("default", 10)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    assert scripts.requeue("id", "default", run_after=None, segment="deferred") == -1
+    assert raw.hmget(T + "id", "segment", "lease_token") == [b"running", b"tok:1"]
+    assert raw.zrange(Q + "running", 0, -1) == [b"id"]
+    assert scripts.requeue("id", "default", run_after=None, token="tok:1", segment="running") == 1
+
+
 def test_quarantine_moves_to_unreadable_and_records_the_error(scripts, raw):
     scripts.enqueue("id", "junk", "default", Segment.READY, "1", "1", 1)
     assert scripts.quarantine("id", "default", Segment.READY, "ValueError: junk") == 1

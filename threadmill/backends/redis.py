@@ -520,9 +520,9 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 document=codec.encode_result(task),
             )
         else:
-            reply = self._requeue_by_id(task, at)
+            return self._requeue_by_id(task, at) == 1
         if reply == -1:
-            logger.warning("Requeue of task %s refused: its lease was taken over.", getattr(task, "id", task))
+            logger.warning("Requeue of task %s refused: its lease was taken over.", task.id)
         return reply == 1
 
     def _requeue_by_id(self, task_id: str, at: float | None) -> int:
@@ -535,6 +535,10 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             reply = self.requeue_as_read(read, at)
             if reply != -1 or read.segment != "running":
                 return reply
+        logger.warning(
+            "Requeue of task %s refused: it was leased again each of the %d times it was read.",
+            task_id, REQUEUE_ROUNDS,
+        )
         return reply
 
     def read_for_requeue(self, task_id: str) -> RequeueRead | None:
@@ -554,7 +558,16 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     def requeue_as_read(self, read: RequeueRead, at: float | None) -> int:
         """Move a task as `read_for_requeue` read it: 1 moved, 0 already ready or gone, -1 refused (it moved)."""
         scripts = self.task_scripts(read.task_id)
-        return scripts.requeue(read.task_id, read.queue_name, run_after=at, token=read.token, document=read.document)
+        reply = scripts.requeue(
+            read.task_id, read.queue_name, run_after=at, token=read.token, document=read.document, segment=read.segment
+        )
+        if reply == -1 and read.segment != "running":
+            logger.warning(
+                "Requeue of task %s refused: it left the %s segment since it was read (a worker may run it now); "
+                "it stays where it is.",
+                read.task_id, read.segment,
+            )  # fmt: skip
+        return reply
 
     @staticmethod
     def _run_after_seconds(run_after: datetime | timedelta | None) -> float | None:

@@ -324,14 +324,22 @@ class RedisScripts:
 
     @translate_errors
     def requeue(
-        self, task_id: str, queue_name: str, *, run_after: float | None, token: str = "", document: str = ""
+        self,
+        task_id: str,
+        queue_name: str,
+        *,
+        run_after: float | None,
+        token: str = "",
+        document: str = "",
+        segment: str = "",
     ) -> int:
+        """Requeue one task, fenced by its lease `token` and by the `segment` it was read in ("" for none)."""
         k = self.keys
         target = "ready" if run_after is None else "deferred"
         return self._run(
             self._requeue,
             keys=[k.task(task_id), k.result(task_id), *self.segment_keys(queue_name), k.wake(queue_name)],
-            args=[task_id, target, "" if run_after is None else repr(run_after), token, document],
+            args=[task_id, target, "" if run_after is None else repr(run_after), token, document, segment],
         )
 
     @translate_errors
