@@ -105,6 +105,16 @@ def test_quarantine_moves_to_unreadable_and_records_the_error(scripts, raw):
     assert raw.hget(T + "id", "data") == b"junk"
 
 
+def test_quarantine_refuses_a_task_no_longer_in_the_segment_it_was_read_in(scripts, raw):
+    scripts.enqueue("id", "junk", "default", Segment.READY, "1", "1", 1)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    assert scripts.quarantine("id", "default", Segment.READY, "ValueError: junk") == -1
+    assert raw.hmget(T + "id", "segment", "lease_token") == [b"running", b"tok:1"]
+    assert raw.zcard(Q + "unreadable") == 0
+    assert scripts.quarantine("id", "default", Segment.RUNNING, "ValueError: junk", "tok:1") == 1
+    assert (raw.zcard(Q + "running"), raw.zcard(Q + "unreadable")) == (0, 1)
+
+
 def test_promote_moves_due_ids_with_their_stored_ready_score(scripts, raw):
     scripts.enqueue("due", "{}", "default", Segment.DEFERRED, "77", "1", 1)
     scripts.enqueue("later", "{}", "default", Segment.DEFERRED, "78", "99999999999", 1)

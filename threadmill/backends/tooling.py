@@ -95,12 +95,16 @@ class RedisTooling:
     def quarantine_unreadable(
         self, task_id: str, queue_name: str, segment: Segment, error: Exception, token: str, path: str
     ) -> None:
-        """Log a payload this code cannot read, once, and move its task to the unreadable segment."""
+        """Move a task whose payload this code cannot read to the unreadable segment, and log it once.
+
+        Fenced by `token` and by `segment`: a task that left the segment it was read in is left to
+        the path that has it now (a worker that acquired it quarantines it under its lease).
+        """
         text = f"{type(error).__name__}: {error}"
-        logger.error(
-            "Task %s on queue %s is unreadable (%s path) and was quarantined: %s", task_id, queue_name, path, text
-        )
-        self.task_scripts(task_id).quarantine(task_id, queue_name, segment, text, token)
+        if self.task_scripts(task_id).quarantine(task_id, queue_name, segment, text, token) == 1:
+            logger.error(
+                "Task %s on queue %s is unreadable (%s path) and was quarantined: %s", task_id, queue_name, path, text
+            )
 
     def purge(self, queue_name: str, *, segment: Segment | str) -> int:
         """Delete a segment and the task data it owns, in batches; return how many were removed."""
