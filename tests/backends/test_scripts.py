@@ -115,6 +115,18 @@ def test_quarantine_refuses_a_task_no_longer_in_the_segment_it_was_read_in(scrip
     assert (raw.zcard(Q + "running"), raw.zcard(Q + "unreadable")) == (0, 1)
 
 
+def test_pass_wake_pushes_one_token_for_the_first_unpaused_queue_with_ready_tasks_and_none(scripts, raw):
+    assert scripts.pass_wake(["default", "emails"]) == 0
+    for queue in ("default", "emails"):
+        scripts.enqueue(f"id-{queue}", "{}", queue, Segment.READY, "1", "1", 1)
+    raw.delete(Q + "wake", "threadmill:{default}:emails:wake")
+    scripts.pause("default", "ops")
+    assert scripts.pass_wake(["default", "emails"]) == 1
+    assert (raw.llen(Q + "wake"), raw.llen("threadmill:{default}:emails:wake")) == (0, 1)
+    assert scripts.pass_wake(["default", "emails"]) == 0
+    assert raw.llen("threadmill:{default}:emails:wake") == 1
+
+
 def test_promote_moves_due_ids_with_their_stored_ready_score(scripts, raw):
     scripts.enqueue("due", "{}", "default", Segment.DEFERRED, "77", "1", 1)
     scripts.enqueue("later", "{}", "default", Segment.DEFERRED, "78", "99999999999", 1)

@@ -472,6 +472,11 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         """
         return self.wait_on_partitions(queue_names, worker, timeout_s)
 
+    def pass_wake_on(self, queue_names: Sequence[str]) -> None:
+        """Wake an idle worker in each partition whose ready tasks have no wake token (one this process took, unused)."""
+        for partition in self.covered_partitions():
+            self.scripts_for(partition).pass_wake(queue_names)
+
     @translate_errors
     def wake_worker(self, worker: str) -> None:
         """Wake `worker` if it waits for tasks (so it notices a stop at once)."""
