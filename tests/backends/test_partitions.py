@@ -202,6 +202,55 @@ def test_pause_holds_on_every_partition_and_resume_wakes_them(where):
     assert len(drain(backend)) == 6
 
 
+def test_a_console_older_than_a_wider_process_resumes_every_partition_the_pause_was_copied_to(where):
+    console = backend_on(where, partitions=1)
+    assert list(console.covered_partitions()) == [0]  # read now, not again for SEEN_REFRESH_S
+    assert console.pause("default", by="ops")
+    wide = backend_on(where, partitions=3)
+    wide.check_layout()  # its first start copies the pause into partitions 1 and 2
+    for i in range(6):
+        enqueue(wide, echo, i)
+    assert drain(wide) == []
+
+    assert console.resume("default")
+
+    assert console.paused_queues() == {} and wide.paused_queues() == {}
+    assert len(drain(wide)) == 6
+
+
+def test_a_console_older_than_a_wider_process_pauses_every_partition(where):
+    console = backend_on(where, partitions=1)
+    assert list(console.covered_partitions()) == [0]
+    wide = backend_on(where, partitions=3)
+    wide.check_layout()
+    for i in range(6):
+        enqueue(wide, echo, i)
+
+    assert console.pause("default", by="ops")
+
+    assert drain(wide) == []
+    assert list(wide.paused_queues()) == ["default"]
+
+
+def test_a_queue_paused_in_any_partition_reads_as_paused_and_resume_clears_it(where):
+    wide = backend_on(where, partitions=3)
+    wide.check_layout()
+    for i in range(6):
+        enqueue(wide, echo, i)
+    # What an older release's resume left behind: partition 2 alone still paused.
+    document = '{"by": "ops", "since": 1700000000.5}'
+    raw_for(where, 2).hset(KeySchema("default", 2).paused(), "default", document)
+    stranded = [r.id for r in drain(wide)]
+    assert len(stranded) < 6
+
+    for reader in (wide, backend_on(where, partitions=1)):
+        paused = reader.paused_queues()
+        assert list(paused) == ["default"] and paused["default"].by == "ops"
+    assert backend_on(where, partitions=1).resume("default")
+    assert wide.paused_queues() == {}
+    assert len(stranded) + len(drain(wide)) == 6
+
+
 # -- the broker --------------------------------------------------------------------------
 
 

@@ -292,6 +292,25 @@ def test_requeue_of_a_result_is_fenced_by_its_lease(backend):
     assert backend.get_result(result.id).status == TaskResultStatus.RUNNING
 
 
+def test_requeue_by_id_leaves_a_task_that_was_promoted_and_acquired_since_it_was_read(backend, raw, caplog):
+    later = datetime.now(UTC) + timedelta(hours=1)
+    result = enqueue(backend, echo.using(run_after=later), 1)
+    read = backend.read_for_requeue(result.id)
+    assert read.segment == "deferred"
+    # Between the read and the move: its time comes, the mover promotes it, another process acquires it.
+    raw.zadd("threadmill:{default}:default:deferred", {result.id: 1})
+    backend.scripts.promote("default", 10)
+    other = RedisTaskBackend("default", same_server(backend, QUEUES=["default"]))
+    [leased] = other.acquire("default", worker="host:2")
+
+    assert backend.requeue_as_read(read, None) != 1
+
+    assert backend.get_result(result.id).status == TaskResultStatus.RUNNING
+    assert backend.acquire("default", worker="host:3") == []
+    assert finish(other, leased, 1)
+    assert f"Requeue of task {result.id} refused: it left the deferred segment since it was read" in caplog.text
+
+
 def test_requeue_of_a_ready_or_unknown_task_does_nothing(backend):
     result = enqueue(backend, echo, 1)
     assert not backend.requeue(result.id)

@@ -87,12 +87,44 @@ def test_requeue_moves_from_any_segment_and_keeps_the_priority_band(scripts, raw
     assert scripts.requeue("id", "default", run_after=None) == 0
 
 
+def test_requeue_refuses_a_task_that_left_the_segment_it_was_read_in(scripts, raw):
+    scripts.enqueue("id", "{}", "default", Segment.DEFERRED, "1", "1", 1)
+    scripts.promote("default", 10)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    assert scripts.requeue("id", "default", run_after=None, segment="deferred") == -1
+    assert raw.hmget(T + "id", "segment", "lease_token") == [b"running", b"tok:1"]
+    assert raw.zrange(Q + "running", 0, -1) == [b"id"]
+    assert scripts.requeue("id", "default", run_after=None, token="tok:1", segment="running") == 1
+
+
 def test_quarantine_moves_to_unreadable_and_records_the_error(scripts, raw):
     scripts.enqueue("id", "junk", "default", Segment.READY, "1", "1", 1)
     assert scripts.quarantine("id", "default", Segment.READY, "ValueError: junk") == 1
     assert raw.zrange(Q + "unreadable", 0, -1) == [b"id"]
     assert raw.hget(T + "id", "read_error") == b"ValueError: junk"
     assert raw.hget(T + "id", "data") == b"junk"
+
+
+def test_quarantine_refuses_a_task_no_longer_in_the_segment_it_was_read_in(scripts, raw):
+    scripts.enqueue("id", "junk", "default", Segment.READY, "1", "1", 1)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    assert scripts.quarantine("id", "default", Segment.READY, "ValueError: junk") == -1
+    assert raw.hmget(T + "id", "segment", "lease_token") == [b"running", b"tok:1"]
+    assert raw.zcard(Q + "unreadable") == 0
+    assert scripts.quarantine("id", "default", Segment.RUNNING, "ValueError: junk", "tok:1") == 1
+    assert (raw.zcard(Q + "running"), raw.zcard(Q + "unreadable")) == (0, 1)
+
+
+def test_pass_wake_pushes_one_token_for_the_first_unpaused_queue_with_ready_tasks_and_none(scripts, raw):
+    assert scripts.pass_wake(["default", "emails"]) == 0
+    for queue in ("default", "emails"):
+        scripts.enqueue(f"id-{queue}", "{}", queue, Segment.READY, "1", "1", 1)
+    raw.delete(Q + "wake", "threadmill:{default}:emails:wake")
+    scripts.pause("default", "ops")
+    assert scripts.pass_wake(["default", "emails"]) == 1
+    assert (raw.llen(Q + "wake"), raw.llen("threadmill:{default}:emails:wake")) == (0, 1)
+    assert scripts.pass_wake(["default", "emails"]) == 0
+    assert raw.llen("threadmill:{default}:emails:wake") == 1
 
 
 def test_promote_moves_due_ids_with_their_stored_ready_score(scripts, raw):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -145,3 +146,31 @@ def test_requeue_of_a_running_unreadable_task_keeps_its_payload_and_logs_the_att
     assert raw.hget(f"threadmill:{{default}}:task:{result.id}", "data") == b"\xff not json"
     assert raw.hget(f"threadmill:{{default}}:task:{result.id}", "segment") == b"ready"
     assert f"Task {result.id} on queue default was requeued while worker host:1 ran it" in caplog.text
+
+
+def test_a_peek_that_read_a_ready_task_unreadable_leaves_it_to_the_worker_that_acquired_it_since(backend, raw):
+    bad = enqueue(backend, echo, 1)
+    payload = _apply_poison(raw, bad.id, POISONS["not json"])
+    # The console's peek read it ready; before its quarantine ran, a worker's acquire script leased it.
+    backend.scripts.acquire(["default"], 1, "w", 30, "tok")
+    error = ValueError("not json")
+
+    backend.quarantine_unreadable(bad.id, "default", Segment.READY, error, "", "peek")
+
+    assert raw.hget(f"threadmill:{{default}}:task:{bad.id}", "segment") == b"running"
+    backend.quarantine_unreadable(bad.id, "default", Segment.RUNNING, error, "tok:1", "acquire")
+    _assert_quarantined(raw, bad.id, payload)
+    assert raw.zcard("threadmill:{default}:default:running") == 0
+
+
+def test_a_peek_that_read_a_deferred_task_unreadable_leaves_it_once_promoted(backend, raw):
+    bad = enqueue(backend, echo.using(run_after=datetime.now(UTC) + timedelta(hours=1)), 1)
+    _apply_poison(raw, bad.id, POISONS["not json"])
+    raw.zadd("threadmill:{default}:default:deferred", {bad.id: 1})
+    backend.scripts.promote("default", 10)  # between the peek's read and its quarantine
+
+    backend.quarantine_unreadable(bad.id, "default", Segment.DEFERRED, ValueError("not json"), "", "peek")
+
+    assert raw.zrange("threadmill:{default}:default:ready", 0, -1) == [bad.id.encode()]
+    assert raw.hget(f"threadmill:{{default}}:task:{bad.id}", "segment") == b"ready"
+    assert raw.zcard("threadmill:{default}:default:unreadable") == 0

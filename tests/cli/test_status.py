@@ -9,6 +9,7 @@ import sys
 from django.tasks import task_backends
 
 from tests import tasks
+from tests.servers import partition
 from tests.worker.conftest import ROOT, worker_env
 
 
@@ -77,3 +78,19 @@ def test_pausing_an_unknown_queue_is_a_one_line_error_naming_it():
     assert done.returncode == 1
     assert "Unknown queue(s) nosuch" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_status_shows_a_queue_paused_in_a_partition_a_wider_process_added(settings):
+    wide = partition(settings, partitions=3)
+    wide.check_layout()
+    for i in range(3):
+        tasks.echo.enqueue(i)
+    wide.pause("default", by="ops")
+    # An older release's resume from a process that covered partition 0 alone.
+    wide.client.hdel(wide.keys.paused(), "default")
+
+    code, status = _status()
+
+    assert code == 0
+    assert _queue(status, "default")["paused"]["by"] == "ops"
+    assert "paused by ops" in threadmill("status").stdout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests import tasks
@@ -82,3 +84,43 @@ def test_leases_whose_reply_arrives_after_stop_go_back_to_ready_and_run_once_lat
     process = _run_until_drained(backend, threads=1)
     assert process.done == len(results)
     assert backend.queue_stats()["default"][Segment.SUCCESSFUL] == len(results)
+
+
+def _blocked_clients(backend: RedisTaskBackend) -> int:
+    return sum("b" in client["flags"] for client in backend.client.client_list())
+
+
+def _poll(condition, deadline_s: float) -> float:
+    """Poll `condition` until it holds; return the seconds it took, or fail at the deadline."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < deadline_s, f"not within {deadline_s} s"
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("command", ["quiet", "stop"])
+def test_a_process_told_to_stop_fetching_while_it_waits_passes_the_wake_token_on(redis_url, command):
+    processes = []
+    for name in ("h:1", "h:2"):
+        process = WorkerProcess(RedisTaskBackend("default", {"REDIS_URL": redis_url}), WorkerConfig(), name)
+        process.start()
+        processes.append(process)
+        # Blocked clients are served first come, first served: h:1 takes the next token.
+        _poll(lambda n=len(processes): _blocked_clients(process.backend) == n, 5)
+    told, other = processes
+    try:
+        getattr(told, command)()
+        # The enqueue's token lands before the wake the signal handler sends from its thread.
+        result = other.backend.enqueue(tasks.echo, [1], {})
+        other.backend.wake_worker(told.name)
+
+        took = _poll(lambda: other.backend.get_result(result.id).segment is Segment.SUCCESSFUL, 2)
+
+        assert other.done == 1 and told.done == 0
+        assert took < 1, took
+    finally:
+        for process in processes:
+            process.stop()
+            process.backend.wake_worker(process.name)
+            assert process.finished.wait(10)

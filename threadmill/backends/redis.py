@@ -82,6 +82,16 @@ class PreparedTask(NamedTuple):
         return (self.id, self.payload, self.segment, self.ready_score, self.score)
 
 
+class RequeueRead(NamedTuple):
+    """A task as `requeue(task_id)` read it: the move is fenced by it, so a task that moved since stays."""
+
+    task_id: str
+    queue_name: str
+    segment: str
+    token: str
+    document: str
+
+
 def _call(index: int, call: Any) -> tuple[Any, Any]:
     """Return one (args, kwargs) element of enqueue_many's calls, or raise TypeError naming it."""
     try:
@@ -462,6 +472,11 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         """
         return self.wait_on_partitions(queue_names, worker, timeout_s)
 
+    def pass_wake_on(self, queue_names: Sequence[str]) -> None:
+        """Wake an idle worker in each partition whose ready tasks have no wake token (one this process took, unused)."""
+        for partition in self.covered_partitions():
+            self.scripts_for(partition).pass_wake(queue_names)
+
     @translate_errors
     def wake_worker(self, worker: str) -> None:
         """Wake `worker` if it waits for tasks (so it notices a stop at once)."""
@@ -510,28 +525,53 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 document=codec.encode_result(task),
             )
         else:
-            reply = self._requeue_by_id(task, at)
+            return self._requeue_by_id(task, at) == 1
         if reply == -1:
-            logger.warning("Requeue of task %s refused: its lease was taken over.", getattr(task, "id", task))
+            logger.warning("Requeue of task %s refused: its lease was taken over.", task.id)
         return reply == 1
 
     def _requeue_by_id(self, task_id: str, at: float | None) -> int:
-        # A running task is read with its lease applied and requeued with its abandoned attempt
-        # recorded, fenced by that lease's token; if it was leased again in between, read again.
+        # Read, then move fenced by what was read; a running task leased again in between is read again.
         reply = -1
-        scripts = self.task_scripts(task_id)
         for _ in range(REQUEUE_ROUNDS):
-            fields = translate_errors(self.client.hmget)(scripts.keys.task(task_id), TASK_FIELDS)
-            if fields[1] is None:
+            read = self.read_for_requeue(task_id)
+            if read is None:
                 return 0
-            queue_name = fields[1].decode()
-            if fields[2] != b"running":
-                return scripts.requeue(task_id, queue_name, run_after=at)
-            document = self.abandoned_document(task_id, queue_name, fields, "requeue(task_id)")
-            token = codec.text(fields[6])
-            reply = scripts.requeue(task_id, queue_name, run_after=at, token=token, document=document)
-            if reply != -1:
+            reply = self.requeue_as_read(read, at)
+            if reply != -1 or read.segment != "running":
                 return reply
+        logger.warning(
+            "Requeue of task %s refused: it was leased again each of the %d times it was read.",
+            task_id, REQUEUE_ROUNDS,
+        )
+        return reply
+
+    def read_for_requeue(self, task_id: str) -> RequeueRead | None:
+        """Read what `requeue(task_id)` moves the task by; None when there is no such task.
+
+        A running task is read with its lease applied, and its abandoned attempt recorded in the new document.
+        """
+        fields = translate_errors(self.client.hmget)(self.task_keys(task_id).task(task_id), TASK_FIELDS)
+        if fields[1] is None:
+            return None
+        queue_name, segment = fields[1].decode(), codec.text(fields[2])
+        if segment != "running":
+            return RequeueRead(task_id, queue_name, segment, "", "")
+        document = self.abandoned_document(task_id, queue_name, fields, "requeue(task_id)")
+        return RequeueRead(task_id, queue_name, segment, codec.text(fields[6]), document)
+
+    def requeue_as_read(self, read: RequeueRead, at: float | None) -> int:
+        """Move a task as `read_for_requeue` read it: 1 moved, 0 already ready or gone, -1 refused (it moved)."""
+        scripts = self.task_scripts(read.task_id)
+        reply = scripts.requeue(
+            read.task_id, read.queue_name, run_after=at, token=read.token, document=read.document, segment=read.segment
+        )
+        if reply == -1 and read.segment != "running":
+            logger.warning(
+                "Requeue of task %s refused: it left the %s segment since it was read (a worker may run it now); "
+                "it stays where it is.",
+                read.task_id, read.segment,
+            )  # fmt: skip
         return reply
 
     @staticmethod

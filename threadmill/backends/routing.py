@@ -149,13 +149,14 @@ class PartitionRouting:
         """Return the scripts over the partition a task's id names."""
         return self.scripts_for(partition_of(task_id))
 
-    def covered_partitions(self) -> range:
+    def covered_partitions(self, *, fresh: bool = False) -> range:
         """Every partition that may hold tasks: below the highest `partitions` any process used on the alias.
 
-        Read from the server at most every SEEN_REFRESH_S, so a process notices another that raised it.
+        Read from the server at most every SEEN_REFRESH_S, so a process notices another that raised it;
+        `fresh` reads it now (a pause or resume must reach partitions a process added a moment ago).
         """
         now = time.monotonic()
-        if self._seen_read_at is None or now - self._seen_read_at >= SEEN_REFRESH_S:
+        if fresh or self._seen_read_at is None or now - self._seen_read_at >= SEEN_REFRESH_S:
             self._seen_read_at = now
             self._partitions_seen = translate_errors(layout.record_partitions)(
                 self.client, self.keys.partitions_seen(), 1

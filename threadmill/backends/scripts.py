@@ -154,6 +154,7 @@ class RedisScripts:
         self._trim_finished = register(_source("trim_finished"))
         self._live_leases = register(_source("live_leases"))
         self._scan = register(_source("scan"))
+        self._pass_wake = register(_source("pass_wake"))
 
     def for_partition(self, keys: KeySchema) -> RedisScripts:
         """Return these scripts over another partition's keys, sharing this object's connections."""
@@ -324,14 +325,22 @@ class RedisScripts:
 
     @translate_errors
     def requeue(
-        self, task_id: str, queue_name: str, *, run_after: float | None, token: str = "", document: str = ""
+        self,
+        task_id: str,
+        queue_name: str,
+        *,
+        run_after: float | None,
+        token: str = "",
+        document: str = "",
+        segment: str = "",
     ) -> int:
+        """Requeue one task, fenced by its lease `token` and by the `segment` it was read in ("" for none)."""
         k = self.keys
         target = "ready" if run_after is None else "deferred"
         return self._run(
             self._requeue,
             keys=[k.task(task_id), k.result(task_id), *self.segment_keys(queue_name), k.wake(queue_name)],
-            args=[task_id, target, "" if run_after is None else repr(run_after), token, document],
+            args=[task_id, target, "" if run_after is None else repr(run_after), token, document, segment],
         )
 
     @translate_errors
@@ -569,6 +578,13 @@ class RedisScripts:
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()
             raise
+
+    @translate_errors
+    def pass_wake(self, queue_names: Sequence[str]) -> int:
+        """Push a wake token onto the first unpaused queue with ready tasks and no token; 1 if one was pushed."""
+        k = self.keys
+        keys = [k.segment(q, Segment.READY) for q in queue_names] + [k.wake(q) for q in queue_names]
+        return self._run(self._pass_wake, keys=[*keys, k.paused()], args=list(queue_names))
 
     @translate_errors
     def pause(self, queue_name: str, by: str) -> int:

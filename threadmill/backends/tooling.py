@@ -95,12 +95,16 @@ class RedisTooling:
     def quarantine_unreadable(
         self, task_id: str, queue_name: str, segment: Segment, error: Exception, token: str, path: str
     ) -> None:
-        """Log a payload this code cannot read, once, and move its task to the unreadable segment."""
+        """Move a task whose payload this code cannot read to the unreadable segment, and log it once.
+
+        Fenced by `token` and by `segment`: a task that left the segment it was read in is left to
+        the path that has it now (a worker that acquired it quarantines it under its lease).
+        """
         text = f"{type(error).__name__}: {error}"
-        logger.error(
-            "Task %s on queue %s is unreadable (%s path) and was quarantined: %s", task_id, queue_name, path, text
-        )
-        self.task_scripts(task_id).quarantine(task_id, queue_name, segment, text, token)
+        if self.task_scripts(task_id).quarantine(task_id, queue_name, segment, text, token) == 1:
+            logger.error(
+                "Task %s on queue %s is unreadable (%s path) and was quarantined: %s", task_id, queue_name, path, text
+            )
 
     def purge(self, queue_name: str, *, segment: Segment | str) -> int:
         """Delete a segment and the task data it owns, in batches; return how many were removed."""
@@ -242,23 +246,44 @@ class RedisTooling:
     def pause(self, queue_name: str, *, by: str = "") -> bool:
         """Stop workers acquiring the queue's tasks (enqueues still land); False when it was paused already.
 
-        Each partition has its own copy of the paused queues (acquire reads it in its slot): partition 0's answers.
+        Each partition has its own copy of the paused queues (acquire reads it in its slot).
+        Partition 0 is written first and the partition count read after it, from the server: a
+        process raising the count copies partition 0's pauses after raising it, so one of the
+        two reaches each new partition.
         """
-        answers = [bool(scripts.pause(queue_name, by)) for scripts in self._partition_scripts()]
-        return answers[0]
+        paused = bool(self.scripts.pause(queue_name, by))
+        for partition in self.covered_partitions(fresh=True)[1:]:
+            paused = bool(self.scripts_for(partition).pause(queue_name, by)) or paused
+        return paused
 
     def resume(self, queue_name: str) -> bool:
-        """Let workers acquire the queue's tasks again; False when it was not paused."""
-        answers = [bool(scripts.resume(queue_name)) for scripts in self._partition_scripts()]
-        return answers[0]
+        """Let workers acquire the queue's tasks again, in every partition; False when no partition had it paused.
+
+        Like `pause`, partition 0 first, then every partition below the count stored now (a
+        cached count would miss the partitions a wider process copied the pause into).
+        """
+        resumed = bool(self.scripts.resume(queue_name))
+        for partition in self.covered_partitions(fresh=True)[1:]:
+            resumed = bool(self.scripts_for(partition).resume(queue_name)) or resumed
+        return resumed
 
     @translate_errors
     def paused_queues(self) -> dict[str, PausedQueue]:
-        """Return every paused queue with who paused it and since when."""
-        paused = {}
-        for name, raw in self.client.hgetall(self.keys.paused()).items():
-            document = json.loads(raw)
-            paused[name.decode()] = PausedQueue(str(document["by"]), datetime.fromtimestamp(document["since"], UTC))
+        """Return every paused queue with who paused it and since when.
+
+        A queue paused in any partition is paused, since acquire skips it there: read over the
+        partition count stored now, partition 0's record first.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for partition in self.covered_partitions(fresh=True):
+            pipe.hgetall(self.keys_for(partition).paused())
+        paused: dict[str, PausedQueue] = {}
+        for stored in pipe.execute():
+            for name, raw in stored.items():
+                if name.decode() not in paused:
+                    document = json.loads(raw)
+                    since = datetime.fromtimestamp(document["since"], UTC)
+                    paused[name.decode()] = PausedQueue(str(document["by"]), since)
         return paused
 
     @translate_errors

@@ -32,6 +32,7 @@ The process moves through these phases (`Phase`); `_enter` is the only place tha
 An idle process (nothing ready, nothing held) does not poll: it blocks on its queues' wake
 lists, which every script that makes a task ready pushes one token onto (one token wakes one
 worker; a full acquire passes it on), and on its own wake list, which a stop signal pushes.
+A process that turns quiet or stopping while it waits passes on the token it may have taken.
 
 Riding out the server: a call that cannot reach it (`ServerUnreachable`) keeps everything in
 memory (buffered tasks still run, outcomes wait) and the fetcher tries again after a pause that
@@ -118,6 +119,7 @@ class Work:
     interrupted: list[ThreadmillTaskResult] = field(default_factory=list)
     lease: int = 0
     wait_for_wake: bool = False
+    pass_wake: bool = False
     last: bool = False
 
 
@@ -173,6 +175,8 @@ class WorkerProcess:
         self._unanswered: list[str] = []
         #: Set when an acquire found nothing and nothing is held: block on the wake lists next.
         self._idle = False
+        #: Set while the turn after a wait has not fetched: a token it took is passed on if it will not.
+        self._woken = False
         self._lock = threading.Lock()
         self._has_tasks = threading.Condition(self._lock)
         self._has_work = threading.Condition(self._lock)
@@ -294,11 +298,14 @@ class WorkerProcess:
             work.outcomes, self.outcomes = self.outcomes, []
         if work.lease and self.budget is not None:
             self.budget -= work.lease
-        if work.release or work.outcomes or work.lease or self._unanswered:
+        if self._woken and (work.lease or self.phase is not Phase.FETCHING):
+            # Quiet or stopping since it waited: the wake token it took would wake no one else.
+            self._woken, work.pass_wake = False, not work.lease
+        if work.release or work.outcomes or work.lease or work.pass_wake or self._unanswered:
             return work
         if self._idle and self.phase is Phase.FETCHING:
             # The fetch after the wait comes at once, whether a token or the timeout ended it.
-            self._idle, self._next_fetch_at = False, 0.0
+            self._idle, self._next_fetch_at, self._woken = False, 0.0, True
             work.wait_for_wake = True
             return work
         return None
@@ -373,6 +380,8 @@ class WorkerProcess:
                 work.lease = 0
             if work.wait_for_wake:
                 self.backend.wait_for_tasks(self.config.queues, self.name, IDLE_WAIT_S)
+            if work.pass_wake:
+                self.backend.pass_wake_on(self.config.queues)
         except ServerUnreachable as e:
             if not work.last:
                 self._wait_for_server(work, e)

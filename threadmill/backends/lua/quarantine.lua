@@ -6,11 +6,18 @@
 -- ARGV[1] (string) task id
 -- ARGV[2] (string) the read error
 -- ARGV[3] (string) lease token the task must hold, or "" for no fence
--- Returns: 1 quarantined; 0 no such task; -1 the fence refused it
+-- Returns: 1 quarantined; 0 no such task; -1 the fence refused it (another lease, or the task is
+--          no longer in KEYS[2])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
 if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'lease_token') ~= ARGV[3] then
+  return -1
+end
+-- Only from the segment it was read in: a ready task a peek found unreadable may have been
+-- acquired since (or a deferred one promoted), and moving it then would leave its id in the
+-- segment it is in now as well.
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return -1
 end
 local time = redis.call('TIME')

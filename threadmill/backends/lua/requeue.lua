@@ -13,7 +13,9 @@
 -- ARGV[3] (number) run_after as epoch seconds (deferred only)
 -- ARGV[4] (string) lease token the task must hold, or "" for no fence
 -- ARGV[5] (string) new payload, or "" to keep the stored one
--- Returns: 1 requeued; 0 no such task, or already ready; -1 the fence refused it
+-- ARGV[6] (string) the segment the caller read the task in, or "" (or absent: an older caller) for any
+-- Returns: 1 requeued; 0 no such task, or already ready; -1 the fence refused it (another lease,
+--          or the task left the segment ARGV[6] names)
 local segments = {ready = 3, deferred = 4, running = 5, successful = 6, failed = 7, unreadable = 8}
 local fields = redis.call('HMGET', KEYS[1], 'segment', 'score', 'lease_token', 'result')
 local current = fields[1]
@@ -21,6 +23,11 @@ if not current or current == 'ready' then
   return 0
 end
 if ARGV[4] ~= '' and fields[3] ~= ARGV[4] then
+  return -1
+end
+-- A task read deferred (or finished) may be promoted and leased before this runs: moving it
+-- then would take a live lease without the token that fences one.
+if (ARGV[6] or '') ~= '' and current ~= ARGV[6] then
   return -1
 end
 if ARGV[5] ~= '' then
