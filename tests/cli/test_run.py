@@ -85,7 +85,7 @@ class Run:
 
     def survivors(self) -> list[psutil.Process]:
         """The processes the run started that are still alive."""
-        return [p for p in self.started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        return [process for process in self.started if _alive(process)]
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -94,6 +94,13 @@ class Run:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
         self.process.wait(10)
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.fixture
