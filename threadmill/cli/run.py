@@ -16,11 +16,11 @@ import argparse
 import contextlib
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ SERVER_START_TIMEOUT_S = 30.0
 GRACEFUL_STOP_MARGIN_S = 5.0
 #: Seconds after the second signal before a child's whole process group is killed.
 HARD_STOP_TIMEOUT_S = 5.0
-#: Seconds between two looks at the children while they stop, so a second Ctrl-C is acted on at once.
+#: Seconds between two looks at the children while they stop (a signal ends the wait at once).
 STOP_POLL_S = 0.05
 
 
@@ -84,19 +84,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class StopSignals:
-    """Ctrl-C and SIGTERM as the run counts them: the first stops the children gently, the second at once."""
+    """Ctrl-C and SIGTERM as the run counts them: the first stops the children gently, the second at once.
+
+    The handler only counts: one that took a lock (`Event.set` does) could deadlock the main
+    thread it interrupts inside that lock. The interpreter's wakeup fd ends a `pause` at once.
+    """
 
     def __init__(self) -> None:
-        self.first = threading.Event()
-        self.second = threading.Event()
+        self.received = 0
+        self._wakeup_read, self._wakeup_write = os.pipe()
+        os.set_blocking(self._wakeup_write, False)
 
     def install(self) -> None:
-        """Make SIGINT and SIGTERM count here."""
+        """Make SIGINT and SIGTERM count here (from the main thread)."""
+        signal.set_wakeup_fd(self._wakeup_write)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._receive)
 
     def _receive(self, signum: int, frame) -> None:
-        (self.second if self.first.is_set() else self.first).set()
+        self.received += 1
+
+    @property
+    def stopping(self) -> bool:
+        return self.received >= 1
+
+    @property
+    def hurried(self) -> bool:
+        return self.received >= 2
+
+    def pause(self, timeout: float) -> None:
+        """Wait `timeout` seconds, or less if a signal arrives."""
+        if select.select([self._wakeup_read], [], [], timeout)[0]:
+            os.read(self._wakeup_read, 512)
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> int:
@@ -122,7 +141,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         command.stdout.write(
             f"Threadmill console: http://{options['host']}:{options['port']}/threadmill/  (Ctrl-C stops)"
         )
-        code = _wait(command, signals.first, children, options)
+        code = _wait(command, signals, children, options)
     finally:
         hurried = _stop_children(command, children, options["shutdown_timeout"] + GRACEFUL_STOP_MARGIN_S, signals)
         if valkey is not None:
@@ -216,8 +235,9 @@ def _wait_until_listening(host: str, port: int, server: subprocess.Popen) -> Non
     raise CommandError(f"The ASGI server did not listen on {host}:{port} within {SERVER_START_TIMEOUT_S:g} s.")
 
 
-def _wait(command: BaseCommand, stop: threading.Event, children: Children, options: dict[str, Any]) -> int:
-    while not stop.wait(0.5):
+def _wait(command: BaseCommand, signals: StopSignals, children: Children, options: dict[str, Any]) -> int:
+    while not signals.stopping:
+        signals.pause(0.5)
         for name, child in children:
             if child.poll() is not None:
                 command.stderr.write(f"The {name} exited (code {child.returncode}); stopping.")
@@ -237,13 +257,13 @@ def _stop_children(command: BaseCommand, children: Children, graceful_s: float, 
     Returns whether a second Ctrl-C or SIGTERM cut the stop short.
     """
     _send(children, signal.SIGTERM)
-    _wait_for_exit(children, graceful_s, signals.second)
-    hurried = signals.second.is_set()
+    _wait_for_exit(children, graceful_s, signals, until_hurried=True)
+    hurried = signals.hurried
     if hurried and _running(children):
         command.stdout.write("Stopping now: tasks still running are left to the broker, which requeues them.")
     # The pool's second signal: its processes drop their tasks, and the broker recovers the leases.
     _send(children, signal.SIGINT)
-    _wait_for_exit(children, HARD_STOP_TIMEOUT_S)
+    _wait_for_exit(children, HARD_STOP_TIMEOUT_S, signals, until_hurried=False)
     for name, child in children:
         if child.poll() is None:
             command.stderr.write(f"The {name} did not stop; killing it.")
@@ -262,12 +282,11 @@ def _send(children: Children, signum: int) -> None:
         child.send_signal(signum)
 
 
-def _wait_for_exit(children: Children, timeout: float, cut_short: threading.Event | None = None) -> None:
-    """Wait until every child exited, `timeout` passed, or `cut_short` is set."""
+def _wait_for_exit(children: Children, timeout: float, signals: StopSignals, *, until_hurried: bool) -> None:
+    """Wait until every child exited or `timeout` passed, or (`until_hurried`) a second signal came."""
     deadline = time.monotonic() + timeout
-    event = cut_short or threading.Event()
-    while _running(children) and not event.is_set():
+    while _running(children) and not (until_hurried and signals.hurried):
         left = deadline - time.monotonic()
         if left <= 0:
             return
-        event.wait(min(left, STOP_POLL_S))
+        signals.pause(min(left, STOP_POLL_S))

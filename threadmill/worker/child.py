@@ -3,7 +3,7 @@
 The first SIGTERM or SIGINT stops the process the bounded way (`WorkerProcess.stop`): buffered
 tasks go back to ready at once, running ones may finish until `--shutdown-timeout`, then they
 are handed back too and the process exits 0. Meanwhile it logs which tasks it still waits for,
-at the stop and again each time one of them finishes (`StopReport`). A second SIGTERM or
+at the stop and again each time one of them finishes (`Stopping`). A second SIGTERM or
 SIGINT exits at once and leaves the leases to the broker, which recovers them once the
 heartbeat is `worker_timeout` old. A process whose supervisor died stops the same bounded way.
 """
@@ -49,8 +49,8 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
     os.setpgid(0, 0)
     backend = task_backends.create_connection(config.backend)
     process = WorkerProcess(backend, config, default_worker_name())
-    report = StopReport(process)
-    _install_signal_handlers(process, report)
+    stopping = Stopping(process)
+    _install_signal_handlers(process, stopping)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
     telemetry = TelemetryPublisher(process)
     started = time.process_time(), time.monotonic()
@@ -60,10 +60,10 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
         "Worker process %s started: %d threads, buffer of %d tasks.", process.name, config.threads, process.size
     )
     while not process.finished.wait(PARENT_CHECK_INTERVAL_S):
-        if os.getppid() != supervisor_pid and process.stop():
-            logger.warning("The supervisor of worker process %s is gone; stopping: %s.", process.name, report.tell())
+        if os.getppid() != supervisor_pid and stopping.first_request() and process.stop():
+            logger.warning("The supervisor of worker process %s is gone; stopping: %s.", process.name, stopping.tell())
             _wake(process)
-        report.update()
+        stopping.update()
     telemetry.goodbye()
     cpu, wall = time.process_time() - started[0], time.monotonic() - started[1]
     logger.info(
@@ -82,21 +82,23 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
     sys.exit(process.exit_code)
 
 
-def _install_signal_handlers(process: WorkerProcess, report: StopReport) -> None:
+def _install_signal_handlers(process: WorkerProcess, stopping: Stopping) -> None:
     def stop(signum: int, frame) -> None:
-        if not process.stop():
+        # Counted before any lock is taken: a second signal can run this handler inside the
+        # first one, while it holds the process's lock, and must exit without waiting for it.
+        if not stopping.first_request() or not process.stop():
             # A second stop signal (Ctrl-C twice, or SIGTERM then SIGTERM or SIGINT) means now.
             os._exit(EXIT_INTERRUPTED)
         _wake(process)
         logger.info(
             "Worker process %s stopping: %s; buffered tasks go back to ready, running ones have %g s to finish.",
             process.name,
-            report.tell(),
+            stopping.tell(),
             process.config.shutdown_timeout,
         )
 
     def quiet(signum: int, frame) -> None:
-        if process.quiet():
+        if not stopping.requests and process.quiet():
             logger.info(
                 "Worker process %s is quiet: it fetches no more tasks and finishes what it holds.", process.name
             )
@@ -107,12 +109,19 @@ def _install_signal_handlers(process: WorkerProcess, report: StopReport) -> None
     signal.signal(QUIET_SIGNAL, quiet)
 
 
-class StopReport:
-    """What a stopping worker process said it still waits for, so that it speaks again only when that changes."""
+class Stopping:
+    """A worker process's stop as its main thread sees it: the requests, and what it said it still waits for."""
 
     def __init__(self, process: WorkerProcess) -> None:
         self.process = process
+        #: Stop requests so far (signals, or the supervisor found gone); the second means now.
+        self.requests = 0
         self.told = ""
+
+    def first_request(self) -> bool:
+        """Count a stop request and return whether it is the first; lock-free, so a signal handler may nest in it."""
+        self.requests += 1
+        return self.requests == 1
 
     def tell(self) -> str:
         """Return which tasks the process still runs ("1 task still running: app.tasks.f"), remembered as told."""
