@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import IO
 
 
@@ -31,11 +32,18 @@ class LineReader:
 
     def wait_for(self, prefix: str, timeout: float) -> str | None:
         """Return the first line starting with `prefix`, waiting up to `timeout` s; None if none came."""
+        return self._wait_for_line(lambda line: line.startswith(prefix), timeout)
+
+    def wait_for_containing(self, text: str, timeout: float) -> str | None:
+        """Return the first line containing `text`, waiting up to `timeout` s; None if none came."""
+        return self._wait_for_line(lambda line: text in line, timeout)
+
+    def _wait_for_line(self, wanted: Callable[[str], bool], timeout: float) -> str | None:
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:
                 for line in self.lines:
-                    if line.startswith(prefix):
+                    if wanted(line):
                         return line
                 remaining = deadline - time.monotonic()
                 if self.closed or remaining <= 0:

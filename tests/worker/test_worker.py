@@ -189,6 +189,24 @@ def test_sigterm_hands_back_a_task_still_running_at_the_shutdown_timeout(backend
     assert backend.worker_heartbeats() == {}
 
 
+def test_a_stopping_worker_names_the_tasks_it_waits_for_again_as_each_finishes(backend, start_worker):
+    tasks.counted.enqueue("short", 2)
+    tasks.counted.enqueue("long", 30)
+    worker = start_worker("-w", "1", "-t", "2", "-q", "default")
+    _wait_until_started(backend, "short")
+    _wait_until_started(backend, "long")
+
+    worker.process.send_signal(signal.SIGTERM)
+
+    def said(text: str) -> bool:
+        return any(text in record["message"] for record in worker.records())
+
+    wait_until(lambda: said("stopping: 2 tasks still running: tests.tasks.counted (2);"), "it names both", 3)
+    wait_until(lambda: said("stopping: 1 task still running: tests.tasks.counted."), "it names the one left", 5)
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.process.wait(10) == 130
+
+
 def test_a_second_sigterm_exits_at_once_and_leaves_the_lease_to_the_broker(backend, start_worker):
     tasks.counted.enqueue("long", 30)
     worker = start_worker("-w", "1", "-q", "default")

@@ -21,6 +21,17 @@ def add_backend_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def seconds(text: str) -> float:
+    """Parse a command-line number of seconds, finite and at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds of at least 0, not {text!r}")
+    return value
+
+
 def threadmill_backend(alias: str):
     """Return the Threadmill backend of `alias`, reachable, its data layout checked; CommandError naming what is wrong otherwise."""
     try:

@@ -3,8 +3,11 @@
 Starts the embedded Valkey (unless REDIS_URL is set), migrates the database, creates the
 first staff login, enqueues a demo workload, then runs the worker pool and the ASGI server
 (daphne) as child processes and prints the console's URL. Ctrl-C or SIGTERM stops the
-server, stops the pool within its shutdown timeout, then stops Valkey. Every child dies
-with the run: if the run is killed with SIGKILL, the kernel sends each child SIGTERM.
+server, stops the pool within its shutdown timeout (short: this is a development command),
+then stops Valkey; the worker processes log which tasks they still wait for. A second
+Ctrl-C or SIGTERM stops the children at once (the pool leaves its leases to the broker).
+Every child dies with the run: if the run is killed with SIGKILL, the kernel sends each
+child SIGTERM.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ import argparse
 import contextlib
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,16 +33,25 @@ from django.utils.module_loading import import_string
 from ..embedded import DEFAULT_EMBEDDED_PORT, EmbeddedValkey, redis_url_from_environment
 from ..exceptions import EmbeddedServerError
 from ..lifeline import die_with_parent
-from ..worker.config import DEFAULT_SHUTDOWN_TIMEOUT_S
+from ..worker.config import EXIT_INTERRUPTED
+from .common import seconds
+
+#: The run's child processes, each with the name its messages give it.
+Children = list[tuple[str, subprocess.Popen]]
 
 HELP = "Run the console, a worker pool and (unless REDIS_URL is set) an embedded Valkey, with a demo workload."
 
+#: Default seconds running tasks may take to finish when the run stops: a development server
+#: stops at once, and the worker command's 25 s felt like a hang after Ctrl-C.
+RUN_SHUTDOWN_TIMEOUT_S = 5.0
 #: Seconds the ASGI server may take to listen before the run gives up.
 SERVER_START_TIMEOUT_S = 30.0
 #: Seconds past the pool's shutdown timeout the children get to exit before a second signal.
 GRACEFUL_STOP_MARGIN_S = 5.0
 #: Seconds after the second signal before a child's whole process group is killed.
 HARD_STOP_TIMEOUT_S = 5.0
+#: Seconds between two looks at the children while they stop (a signal ends the wait at once).
+STOP_POLL_S = 0.05
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,9 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-t", "--threads", type=int, default=4, help="Threads per worker process (default: 4).")
     parser.add_argument(
         "--shutdown-timeout",
-        type=float,
-        default=DEFAULT_SHUTDOWN_TIMEOUT_S,
-        help=f"Seconds running tasks may take to finish when the run stops (default: {DEFAULT_SHUTDOWN_TIMEOUT_S:g}).",
+        type=seconds,
+        metavar="SECONDS",
+        default=RUN_SHUTDOWN_TIMEOUT_S,
+        help="Seconds running tasks may take to finish when the run stops, before they are handed back "
+        f"(default: {RUN_SHUTDOWN_TIMEOUT_S:g}; the worker command's is longer). A second Ctrl-C stops at once.",
     )
     parser.add_argument(
         "--valkey-port",
@@ -69,16 +83,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-worker", action="store_true", help="Do not start a worker pool (run one yourself).")
 
 
+class StopSignals:
+    """Ctrl-C and SIGTERM as the run counts them: the first stops the children gently, the second at once.
+
+    The handler only counts: one that took a lock (`Event.set` does) could deadlock the main
+    thread it interrupts inside that lock. The interpreter's wakeup fd ends a `pause` at once.
+    """
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._wakeup_read, self._wakeup_write = os.pipe()
+        os.set_blocking(self._wakeup_write, False)
+
+    def install(self) -> None:
+        """Make SIGINT and SIGTERM count here (from the main thread)."""
+        signal.set_wakeup_fd(self._wakeup_write)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._receive)
+
+    def _receive(self, signum: int, frame) -> None:
+        self.received += 1
+
+    @property
+    def stopping(self) -> bool:
+        return self.received >= 1
+
+    @property
+    def hurried(self) -> bool:
+        return self.received >= 2
+
+    def pause(self, timeout: float) -> None:
+        """Wait `timeout` seconds, or less if a signal arrives."""
+        if select.select([self._wakeup_read], [], [], timeout)[0]:
+            os.read(self._wakeup_read, 512)
+
+
 def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     """Start everything, print the URL, and wait for Ctrl-C or SIGTERM; return the exit code."""
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    signals = StopSignals()
+    signals.install()
     valkey = _start_valkey(command, options)
     if valkey is not None:
         # Before any backend exists: this process (the demo) and its children use the server just started.
         settings.TASKS["default"]["REDIS_URL"] = valkey.url
-    children: list[tuple[str, subprocess.Popen]] = []
+    children: Children = []
     try:
         _prepare(command, options)
         env = {
@@ -93,12 +141,13 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         command.stdout.write(
             f"Threadmill console: http://{options['host']}:{options['port']}/threadmill/  (Ctrl-C stops)"
         )
-        return _wait(command, stop, children)
+        code = _wait(command, signals, children, options)
     finally:
-        _stop_children(command, children, options["shutdown_timeout"] + GRACEFUL_STOP_MARGIN_S)
+        hurried = _stop_children(command, children, options["shutdown_timeout"] + GRACEFUL_STOP_MARGIN_S, signals)
         if valkey is not None:
             valkey.stop()
             command.stdout.write("Embedded Valkey stopped.")
+    return EXIT_INTERRUPTED if hurried else code
 
 
 def _start_valkey(command: BaseCommand, options: dict[str, Any]) -> EmbeddedValkey | None:
@@ -186,43 +235,58 @@ def _wait_until_listening(host: str, port: int, server: subprocess.Popen) -> Non
     raise CommandError(f"The ASGI server did not listen on {host}:{port} within {SERVER_START_TIMEOUT_S:g} s.")
 
 
-def _wait(command: BaseCommand, stop: threading.Event, children: list[tuple[str, subprocess.Popen]]) -> int:
-    while not stop.wait(0.5):
+def _wait(command: BaseCommand, signals: StopSignals, children: Children, options: dict[str, Any]) -> int:
+    while not signals.stopping:
+        signals.pause(0.5)
         for name, child in children:
             if child.poll() is not None:
                 command.stderr.write(f"The {name} exited (code {child.returncode}); stopping.")
                 return 1
-    command.stdout.write("Stopping: the workers finish their tasks first.")
+    if options["no_worker"]:
+        command.stdout.write("Stopping.")
+    else:
+        command.stdout.write(
+            f"Stopping: running tasks have {options['shutdown_timeout']:g} s to finish; Ctrl-C again stops now."
+        )
     return 0
 
 
-def _stop_children(command: BaseCommand, children: list[tuple[str, subprocess.Popen]], graceful_s: float) -> None:
-    _signal_children(command, children, graceful_s)
-    for _, child in children:
+def _stop_children(command: BaseCommand, children: Children, graceful_s: float, signals: StopSignals) -> bool:
+    """SIGTERM each child; SIGINT to those still busy after `graceful_s` or a second signal; then kill.
+
+    Returns whether a second Ctrl-C or SIGTERM cut the stop short.
+    """
+    _send(children, signal.SIGTERM)
+    _wait_for_exit(children, graceful_s, signals, until_hurried=True)
+    hurried = signals.hurried
+    if hurried and _running(children):
+        command.stdout.write("Stopping now: tasks still running are left to the broker, which requeues them.")
+    # The pool's second signal: its processes drop their tasks, and the broker recovers the leases.
+    _send(children, signal.SIGINT)
+    _wait_for_exit(children, HARD_STOP_TIMEOUT_S, signals, until_hurried=False)
+    for name, child in children:
+        if child.poll() is None:
+            command.stderr.write(f"The {name} did not stop; killing it.")
         # Each child leads a session of its own: nothing of it may outlive the run.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
+    return hurried
 
 
-def _signal_children(command: BaseCommand, children: list[tuple[str, subprocess.Popen]], graceful_s: float) -> None:
-    """SIGTERM each child; SIGINT to those still busy (the pool leaves its leases to the broker); then kill."""
-    for signum, timeout in (
-        (signal.SIGTERM, graceful_s),
-        (signal.SIGINT, HARD_STOP_TIMEOUT_S),
-        (None, None),
-    ):
-        running = [(name, child) for name, child in children if child.poll() is None]
-        if not running:
-            break
-        for name, child in running:
-            if timeout is None:
-                command.stderr.write(f"The {name} did not stop; killing it.")
-                os.killpg(child.pid, signal.SIGKILL)
-            else:
-                child.send_signal(signum)
-        deadline = time.monotonic() + (timeout or HARD_STOP_TIMEOUT_S)
-        for _, child in running:
-            try:
-                child.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+def _running(children: Children) -> Children:
+    return [(name, child) for name, child in children if child.poll() is None]
+
+
+def _send(children: Children, signum: int) -> None:
+    for _, child in _running(children):
+        child.send_signal(signum)
+
+
+def _wait_for_exit(children: Children, timeout: float, signals: StopSignals, *, until_hurried: bool) -> None:
+    """Wait until every child exited or `timeout` passed, or (`until_hurried`) a second signal came."""
+    deadline = time.monotonic() + timeout
+    while _running(children) and not (until_hurried and signals.hurried):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        signals.pause(min(left, STOP_POLL_S))

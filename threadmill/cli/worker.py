@@ -21,7 +21,7 @@ from ..worker.config import (
     default_process_count,
 )
 from ..worker.supervisor import Supervisor
-from .common import add_backend_argument, known_queues, threadmill_backend
+from .common import add_backend_argument, known_queues, seconds, threadmill_backend
 
 HELP = "Run a pool of worker processes that run the tasks of one backend's queues."
 
@@ -37,16 +37,6 @@ def _whole_number(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds of at least 0, not {text!r}")
-    return value
 
 
 def _queue_list(text: str) -> list[str]:
@@ -112,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--shutdown-timeout",
-        type=_seconds,
+        type=seconds,
         metavar="SECONDS",
         default=DEFAULT_SHUTDOWN_TIMEOUT_S,
         help="On SIGTERM, how long running tasks may take to finish before they are handed back to ready and "

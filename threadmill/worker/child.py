@@ -2,9 +2,10 @@
 
 The first SIGTERM or SIGINT stops the process the bounded way (`WorkerProcess.stop`): buffered
 tasks go back to ready at once, running ones may finish until `--shutdown-timeout`, then they
-are handed back too and the process exits 0. A second SIGTERM or SIGINT exits at once and
-leaves the leases to the broker, which recovers them once the heartbeat is `worker_timeout`
-old. A process whose supervisor died stops the same bounded way.
+are handed back too and the process exits 0. Meanwhile it logs which tasks it still waits for,
+at the stop and again each time one of them finishes (`Stopping`). A second SIGTERM or
+SIGINT exits at once and leaves the leases to the broker, which recovers them once the
+heartbeat is `worker_timeout` old. A process whose supervisor died stops the same bounded way.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 
 from django.tasks import task_backends
 
 from ..backends.redis import default_worker_name
 from ..telemetry import TelemetryPublisher
 from .config import EXIT_INTERRUPTED, WorkerConfig
-from .process import WorkerProcess
+from .process import Phase, WorkerProcess
 
 logger = logging.getLogger("threadmill.worker")
 
@@ -47,7 +49,8 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
     os.setpgid(0, 0)
     backend = task_backends.create_connection(config.backend)
     process = WorkerProcess(backend, config, default_worker_name())
-    _install_signal_handlers(process)
+    stopping = Stopping(process)
+    _install_signal_handlers(process, stopping)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
     telemetry = TelemetryPublisher(process)
     started = time.process_time(), time.monotonic()
@@ -57,9 +60,10 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
         "Worker process %s started: %d threads, buffer of %d tasks.", process.name, config.threads, process.size
     )
     while not process.finished.wait(PARENT_CHECK_INTERVAL_S):
-        if os.getppid() != supervisor_pid and process.stop():
-            logger.warning("The supervisor of worker process %s is gone; stopping.", process.name)
+        if os.getppid() != supervisor_pid and stopping.first_request() and process.stop():
+            logger.warning("The supervisor of worker process %s is gone; stopping: %s.", process.name, stopping.tell())
             _wake(process)
+        stopping.update()
     telemetry.goodbye()
     cpu, wall = time.process_time() - started[0], time.monotonic() - started[1]
     logger.info(
@@ -78,20 +82,23 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int) -> None:
     sys.exit(process.exit_code)
 
 
-def _install_signal_handlers(process: WorkerProcess) -> None:
+def _install_signal_handlers(process: WorkerProcess, stopping: Stopping) -> None:
     def stop(signum: int, frame) -> None:
-        if not process.stop():
+        # Counted before any lock is taken: a second signal can run this handler inside the
+        # first one, while it holds the process's lock, and must exit without waiting for it.
+        if not stopping.first_request() or not process.stop():
             # A second stop signal (Ctrl-C twice, or SIGTERM then SIGTERM or SIGINT) means now.
             os._exit(EXIT_INTERRUPTED)
         _wake(process)
         logger.info(
-            "Worker process %s stopping: buffered tasks go back to ready, running ones have %g s to finish.",
+            "Worker process %s stopping: %s; buffered tasks go back to ready, running ones have %g s to finish.",
             process.name,
+            stopping.tell(),
             process.config.shutdown_timeout,
         )
 
     def quiet(signum: int, frame) -> None:
-        if process.quiet():
+        if not stopping.requests and process.quiet():
             logger.info(
                 "Worker process %s is quiet: it fetches no more tasks and finishes what it holds.", process.name
             )
@@ -100,6 +107,37 @@ def _install_signal_handlers(process: WorkerProcess) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(QUIET_SIGNAL, quiet)
+
+
+class Stopping:
+    """A worker process's stop as its main thread sees it: the requests, and what it said it still waits for."""
+
+    def __init__(self, process: WorkerProcess) -> None:
+        self.process = process
+        #: Stop requests so far (signals, or the supervisor found gone); the second means now.
+        self.requests = 0
+        self.told = ""
+
+    def first_request(self) -> bool:
+        """Count a stop request and return whether it is the first; lock-free, so a signal handler may nest in it."""
+        self.requests += 1
+        return self.requests == 1
+
+    def tell(self) -> str:
+        """Return which tasks the process still runs ("1 task still running: app.tasks.f"), remembered as told."""
+        paths = Counter(result.task.module_path for result in list(self.process.running.values()))
+        count = paths.total()
+        names = ", ".join(path if n == 1 else f"{path} ({n})" for path, n in paths.items())
+        self.told = f"{count} task{'s' if count > 1 else ''} still running: {names}" if count else "no task running"
+        return self.told
+
+    def update(self) -> None:
+        """While stopping, log the tasks still running once one of them finished since the last report."""
+        if self.process.phase is not Phase.STOPPING or not self.process.running:
+            return
+        told = self.told
+        if self.tell() != told:
+            logger.info("Worker process %s stopping: %s.", self.process.name, self.told)
 
 
 def _wake(process: WorkerProcess) -> None:
