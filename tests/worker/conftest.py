@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -78,11 +79,14 @@ class Worker:
         return self.process.wait(DEADLINE_S)
 
     def close(self) -> None:
+        # Listed first: once the supervisor is gone its children are no longer its children.
+        children = self.children()
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-        for pid in self.children():
-            os.kill(pid, signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         self.log.close()
 
 
