@@ -54,11 +54,13 @@ class TaskIdConverter:
 
 
 class WorkerConverter:
-    """A worker process's id, "host:pid"; whether it is live needs the backend, so the view checks that."""
+    """A worker process id, "host:pid:incarnation" (an older release: "host:pid"); the view checks it is live."""
 
     regex = r"[^/]{1,300}"
 
     def to_python(self, value: str) -> str:
+        if api.WorkerName.parse(value) is None:
+            raise ValueError(f"{value[:40]!r} is not a worker process id.")
         return value
 
     def to_url(self, value: str) -> str:

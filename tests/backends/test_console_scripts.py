@@ -8,6 +8,7 @@ import pytest
 
 from tests.backends.conftest import enqueue
 from tests.tasks import add, echo, explode
+from threadmill.api.controls import LeaseCheck
 from threadmill.backends.base import Segment, UnreadableTask
 from threadmill.outcome import error_of, mark_failed
 
@@ -162,6 +163,24 @@ def test_requeue_many_moves_a_running_task_whose_worker_stopped_beating(backend,
     beat(backend, "alive:1", age_s=backend.config.worker_timeout - 2)
     assert backend.requeue_many("default", segment="running", task_ids=[dead, alive]) == [dead]
     assert backend.live_leases("default", [dead, alive]) == [alive]
+
+
+def test_a_worker_with_no_heartbeat_is_silent_once_its_lease_is_worker_timeout_old(backend, raw):
+    old, fresh = running(backend, 1, "lost:1:abc") + running(backend, 1, "new:1:abc")
+    seconds, micros = backend.client.time()
+    raw.hset(TASK + old, "lease_started_at", f"{seconds + micros / 1e6 - backend.config.worker_timeout - 1:.6f}")
+
+    assert backend.live_leases("default", [old, fresh]) == [fresh]
+    assert _gone_by_the_console_check(backend) == [old]
+    assert backend.requeue_many("default", segment="running", task_ids=[old, fresh]) == [old]
+    assert raw.zrange(RUNNING, 0, -1) == [fresh.encode()]
+
+
+def _gone_by_the_console_check(backend) -> list[str]:
+    """The running tasks the console flags "worker gone" (what "requeue all orphaned" takes)."""
+    check = LeaseCheck(backend.server_time().timestamp(), backend.worker_heartbeats(), backend.config.worker_timeout)
+    page = backend.peek("default", segment=Segment.RUNNING, count=10)
+    return [item.id for item in page.items if "gone" in check.flags(item)]
 
 
 def test_requeue_many_records_the_abandoned_attempt_of_a_running_task(backend):

@@ -284,6 +284,31 @@ def test_the_broker_promotes_reaps_and_recovers_in_every_partition(where):
     assert reaped == 3
 
 
+def test_the_broker_recovers_the_leases_of_a_worker_with_no_heartbeat_in_every_partition(where):
+    backend = backend_on(where, worker_timeout=2, socket_timeout=1)
+    broker = RedisBroker(backend, ["default"])
+    broker._reachable_since = float("-inf")
+    for i in range(3):
+        enqueue(backend, echo, i)
+    lost = drain(backend, worker="h:1:lost")  # never sent a heartbeat
+    for i in range(3):
+        enqueue(backend, echo, i)
+    fresh = drain(backend, worker="h:2:new")  # leased before its first heartbeat went out
+    backend.heartbeat("h:3:other", {"type": "worker"})  # the heartbeats other partitions are told of
+    assert {partition_of(r.id) for r in lost} == {0, 1, 2}
+    for result in lost:
+        raw, keys = raw_for(where, partition_of(result.id)), KeySchema("default", partition_of(result.id))
+        seconds, micros = raw.time()
+        started = seconds + micros / 1e6 - 2.5  # older than worker_timeout
+        raw.hset(keys.task(result.id), "lease_started_at", f"{started:.6f}")
+        raw.zadd(keys.segment("default", Segment.RUNNING), {result.id: started + backend.config.lease_ttl})
+
+    assert broker.run_once() == (0, 3)
+
+    assert all(backend.get_result(r.id).errors[-1].exception_class_path.endswith("WorkerLost") for r in lost)
+    assert all(backend.get_result(r.id).lease_token == r.lease_token for r in fresh)
+
+
 # -- the console's reads and actions -----------------------------------------------------
 
 

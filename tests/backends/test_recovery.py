@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.tasks import TaskResultStatus
 
 from tests.backends.conftest import enqueue
 from tests.tasks import echo
@@ -25,6 +26,13 @@ def _server_now(raw) -> float:
 def _age_heartbeat(raw, worker: str, seconds: float) -> None:
     """Make a worker's last heartbeat `seconds` old by the server's clock."""
     raw.zadd(WORKERS, {worker: _server_now(raw) - seconds})
+
+
+def _age_lease(raw, task_id: str, seconds: float, lease_ttl: float = 3600) -> None:
+    """Make a lease `seconds` old by the server's clock, its deadline too, as if it had been taken then."""
+    started = _server_now(raw) - seconds
+    raw.hset(T + task_id, "lease_started_at", f"{started:.6f}")
+    raw.zadd(Q + "running", {task_id: started + lease_ttl})
 
 
 @pytest.fixture
@@ -190,6 +198,29 @@ def test_a_live_worker_keeps_its_leases(short, broker, raw):
     short.heartbeat("h:1", {"running": [result.id]})
     assert broker.run_once() == (0, 0)
     assert short.get_result(result.id).segment is Segment.RUNNING
+
+
+def test_recovery_takes_back_the_leases_of_a_worker_with_no_heartbeat_once_they_are_worker_timeout_old(
+    short, broker, raw
+):
+    lost, goodbye, new = (enqueue(short, echo, i) for i in range(3))
+    short.acquire("default", worker="h:1:lost")  # never beat: lost before its first heartbeat
+    short.heartbeat("h:2:goodbye", {"type": "worker"})
+    short.acquire("default", worker="h:2:goodbye")
+    short.heartbeat("h:2:goodbye", None)  # said goodbye while a lease still named it
+    [fresh] = short.acquire("default", worker="h:3:new")  # leased before its first heartbeat went out
+    _age_lease(raw, lost.id, 2.5)  # worker_timeout is 2 s
+    _age_lease(raw, goodbye.id, 2.5)
+
+    assert broker.run_once() == (0, 2)
+
+    for result, worker in ((lost, "h:1:lost"), (goodbye, "h:2:goodbye")):
+        again = short.get_result(result.id)
+        assert (again.status, again.worker_ids) == (TaskResultStatus.READY, [worker])
+        assert again.errors[-1].exception_class_path == "threadmill.exceptions.WorkerLost"
+        assert f"Worker {worker} sent no heartbeat for 2." in again.errors[-1].traceback
+    kept = short.get_result(fresh.id)
+    assert (kept.segment, kept.lease_worker, kept.lease_token) == (Segment.RUNNING, "h:3:new", fresh.lease_token)
 
 
 def test_a_broker_that_just_reached_the_server_waits_before_trusting_heartbeats(short, raw):

@@ -242,15 +242,19 @@ def test_requeue_many_matches_needles_against_the_stored_document(scripts, raw):
     assert moved == (["b"], [])
 
 
-def test_live_leases_keeps_tasks_with_a_future_deadline_and_a_fresh_or_no_heartbeat(scripts, raw):
-    for i, worker in enumerate(["fresh", "stale", "unknown"]):
+def test_live_leases_keeps_tasks_with_a_future_deadline_and_a_fresh_heartbeat_or_a_young_lease(scripts, raw):
+    ids = ["fresh", "stale", "unknown", "unknown-old"]
+    for i, worker in enumerate(ids):
         scripts.enqueue(worker, "{}", "default", Segment.READY, str(i), str(i), 1)
         scripts.acquire(["default"], 1, worker, 30, worker)
     now = int(raw.time()[0])
     raw.zadd("threadmill:{default}:workers", {"fresh": now, "stale": now - 20})
-    assert scripts.live_leases("default", ["fresh", "stale", "unknown"], 15) == ["fresh", "unknown"]
+    raw.hset("threadmill:{default}:task:unknown-old", "lease_started_at", str(now - 20))
+    assert scripts.live_leases("default", ids, 15) == ["fresh", "unknown"]
+    # The same from another partition's point of view: the heartbeats come in ARGV.
+    assert scripts.live_leases("default", ids, 15, {"fresh": 0.5, "stale": 20.0}) == ["fresh", "unknown"]
     raw.zadd(Q + "running", {"fresh": 1})
-    assert scripts.live_leases("default", ["fresh", "stale", "unknown"], 15) == ["unknown"]
+    assert scripts.live_leases("default", ids, 15) == ["unknown"]
 
 
 @pytest.mark.parametrize("newest_first", [False, True])

@@ -49,6 +49,23 @@ def test_naming_a_worker_that_is_not_live_is_a_one_line_error():
     assert "Traceback" not in done.stderr
 
 
+def test_workers_are_named_by_full_id_or_by_host_and_pid_and_an_older_release_s_name_still_works():
+    backend = task_backends["default"]
+    for name in ("box:1:aaaaaaaa", "box:2:bbbbbbbb", "box:3:cccccccc", "box:3:dddddddd", "old:5"):
+        backend.heartbeat(name, {"type": "worker", "worker": name})
+
+    by_pid = threadmill("quiet", "box:1", "box:2:bbbbbbbb", "old:5")
+    by_host = threadmill("stop", "--host", "box")
+    ambiguous = threadmill("quiet", "box:3")
+
+    assert by_pid.returncode == 0 and "to quiet: box:1:aaaaaaaa, box:2:bbbbbbbb, old:5." in by_pid.stdout
+    assert by_host.returncode == 0 and "Asked 4 worker processes to stop" in by_host.stdout
+    assert "old:5" not in by_host.stdout
+    assert ambiguous.returncode == 1 and "Several live worker processes are box:3;" in ambiguous.stderr
+    assert "Traceback" not in ambiguous.stderr
+    assert backend.pending_control()["box:1:aaaaaaaa"]["command"] == "stop"
+
+
 def test_requeue_orphaned_takes_back_a_dead_workers_task_and_leaves_a_live_one():
     backend = task_backends["default"]
     orphan, live = tasks.echo.enqueue(1), tasks.echo.enqueue(2)

@@ -44,20 +44,22 @@ def test_status_exits_1_when_ready_tasks_have_no_live_worker():
     assert status["workers"] == []
 
 
-def test_status_lists_a_live_worker_and_exits_0_when_it_serves_the_queue():
+def test_status_lists_live_workers_by_id_host_and_pid_and_exits_0_when_one_serves_the_queue():
     backend = task_backends["default"]
     tasks.echo.enqueue(1)
-    backend.heartbeat("host:42", {"type": "worker", "state": "running", "queues": ["default"], "threads": 2})
+    backend.heartbeat("box:42:qmzkfhre", {"type": "worker", "state": "running", "queues": ["default"], "threads": 2})
+    backend.heartbeat("old:7", {"type": "worker", "state": "running", "queues": ["emails"], "threads": 1})
 
     code, status = _status()
 
     assert code == 0
     assert _queue(status, "default")["workers"] == 1
-    [worker] = status["workers"]
-    assert (worker["worker"], worker["threads"]) == ("host:42", 2)
-    assert 0 <= worker["heartbeat_age_s"] < 5
+    new, old = sorted(status["workers"], key=lambda w: w["worker"])
+    assert (new["worker"], new["host"], new["pid"], new["threads"]) == ("box:42:qmzkfhre", "box", 42, 2)
+    assert (old["worker"], old["host"], old["pid"]) == ("old:7", "old", 7)  # an older release's name
+    assert 0 <= new["heartbeat_age_s"] < 5
     text = threadmill("status").stdout
-    assert "host:42" in text and "default" in text
+    assert "box:42:qmzkfhre" in text and "old:7" in text and "default" in text
 
 
 def test_a_paused_queue_shows_who_paused_it_and_does_not_fail_the_status():

@@ -10,6 +10,7 @@ recovered in seconds; the outages themselves last as long as the issue says.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -42,6 +43,8 @@ FAULT_TIMEOUTS = {
 SLACK_S = 3.0
 #: The queues of the test settings.
 QUEUES = ["default", "emails", "reports"]
+#: The line a worker process logs when it starts, naming itself.
+STARTED_LINE = re.compile(r"Worker process (\S+) started: ")
 
 
 # -- the counter server -------------------------------------------------------------------
@@ -170,8 +173,27 @@ class Pool(Worker):
         return pids
 
     def worker_names(self) -> list[str]:
-        """Lease holder names (`host:pid`) of the worker processes running now."""
-        return [f"{os.uname().nodename}:{pid}" for pid in self.children()]
+        """Lease holder names (`host:pid:incarnation`) of the worker processes running now, from their start lines."""
+        pids = self.children()
+        named = wait_for(
+            lambda: (started := self.started_names()) and all(pid in started for pid in pids) and started,
+            lambda: f"worker processes {pids} log their start",
+            5,
+        )
+        return [named[pid] for pid in pids]
+
+    def worker_name(self, pid: int) -> str:
+        """The lease holder name of the worker process `pid` (as this pool's pid namespace numbers it)."""
+        return wait_for(lambda: self.started_names().get(pid), lambda: f"worker process {pid} logs its start", 5)
+
+    def started_names(self) -> dict[int, str]:
+        """Each worker process's name by its pid, from the line it logs when it starts (the last one per pid)."""
+        names = {}
+        for record in self.records():
+            started = STARTED_LINE.match(record.get("message", ""))
+            if started:
+                names[record["process"]] = started[1]
+        return names
 
     def alive(self) -> bool:
         """Fail the test at once, with the pool's log, if the pool exited."""
@@ -271,7 +293,7 @@ class Tally:
         return {segment: sum(queue.get(segment, 0) for queue in stats.values()) for segment in Segment}
 
     def leased_by(self, worker: str) -> list[str]:
-        """Ids of the tasks whose lease `worker` (`host:pid`) holds now, buffered or running."""
+        """Ids of the tasks whose lease `worker` (`host:pid:incarnation`) holds now, buffered or running."""
         pipe = self.backend.client.pipeline(transaction=False)
         for task_id in self.ids:
             pipe.hmget(self.backend.task_keys(task_id).task(task_id), ["segment", "lease_worker"])

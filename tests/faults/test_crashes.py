@@ -21,7 +21,6 @@ from threadmill.embedded import free_port
 
 pytestmark = pytest.mark.slow
 
-HOST = os.uname().nodename
 WORKER_TIMEOUT_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_WORKER_TIMEOUT"])
 BROKER_INTERVAL_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_BROKER_INTERVAL"])
 #: "Within a few seconds": how long what a killed supervisor or `run` started may outlive it.
@@ -50,7 +49,7 @@ def test_kill_9_of_a_worker_process_runs_its_tasks_again_within_the_worker_timeo
     pool = start_pool(fault_server, "-w", "2", "-t", "2")
     wait_for(lambda: pool.alive() and tally.successful() >= 40, lambda: f"a drain is under way ({tally.summary()})", 30)
     victim = pool.children()[0]
-    victim_name = f"{HOST}:{victim}"
+    victim_name = pool.worker_name(victim)
 
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()

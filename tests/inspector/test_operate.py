@@ -10,6 +10,7 @@ import pytest
 
 from inspector.models import AuditEntry
 from tests.inspector.conftest import csrf_post, dead, heartbeat
+from threadmill.identity import WorkerName
 
 pytestmark = pytest.mark.django_db
 
@@ -17,8 +18,8 @@ HTMX = {"HX-Request": "true"}
 
 
 def worker_document(name: str, **fields) -> dict:
-    host, _, pid = name.rpartition(":")
-    return {"type": "worker", "worker": name, "host": host, "pid": int(pid), "state": "running",
+    parsed = WorkerName.parse(name)
+    return {"type": "worker", "worker": name, "host": parsed.host, "pid": parsed.pid, "state": "running",
             "queues": ["default", "emails", "reports"], "threads": 2, "busy_threads": 0, "tasks_done": 0, **fields}  # fmt: skip
 
 

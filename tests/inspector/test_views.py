@@ -261,6 +261,21 @@ def test_a_worker_silent_for_three_intervals_is_lost():
     hub.stop()
 
 
+def test_a_restarted_container_s_new_worker_is_listed_beside_the_lost_one_with_its_pid():
+    from threadmill import api
+
+    hub = api.TelemetryHub()
+    old = '{"type":"worker","state":"running","worker":"box:7:oldoneab","host":"box","pid":7}'
+    hub.record("default", old, now=100.0)
+    hub.record("default", old.replace("oldoneab", "newonecd"), now=106.5)
+    workers = hub.workers(now=107.0)
+    assert [(w.name, w.pid, w.incarnation, w.state) for w in workers] == [
+        ("box:7:oldoneab", 7, "oldoneab", "lost"),
+        ("box:7:newonecd", 7, "newonecd", "live"),
+    ]
+    hub.stop()
+
+
 def test_the_status_line_says_why_nothing_runs(seeded, monkeypatch):
     from threadmill import api
 

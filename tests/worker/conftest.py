@@ -45,10 +45,13 @@ def run_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 class Worker:
     """A worker pool started in the background; its stderr goes to a file the test can read."""
 
+    #: What the worker command runs under (a subclass may start it in namespaces of its own).
+    COMMAND_PREFIX: tuple[str, ...] = ()
+
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="threadmill-worker-", suffix=".log")  # noqa: SIM115 - closed by close()
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "threadmill", "worker", *args],
+            [*self.COMMAND_PREFIX, sys.executable, "manage.py", "threadmill", "worker", *args],
             cwd=ROOT,
             env=env or worker_env(),
             stdout=self.log,

@@ -16,6 +16,7 @@ from django.tasks import TaskResultStatus
 from tests import tasks
 from tests.worker.conftest import run_worker, segment_counts, wait_until, worker_env
 from threadmill.backends.base import Segment
+from threadmill.identity import WorkerName
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +70,9 @@ def test_log_lines_are_json_with_the_process_thread_and_task(backend):
     assert error["level"] == "ERROR"
     assert (error["task_id"], error["task_path"], error["thread"]) == (failure.id, "tests.tasks.explode", "consumer-1")
     assert "RuntimeError: boom" in error["traceback"]
-    assert backend.get_result(failure.id).worker_ids == [f"{os.uname().nodename}:{error['process']}"]
+    [name] = backend.get_result(failure.id).worker_ids
+    worker = WorkerName.parse(name)
+    assert (worker.host, worker.pid) == (os.uname().nodename, error["process"]) and worker.incarnation, name
 
 
 def test_text_log_lines_carry_the_process_thread_and_task(backend):
@@ -290,7 +293,7 @@ def test_kill_9_mid_drain_finishes_every_task_once_or_retries_it(backend, start_
             # Leased by the killed process: it ran there at most once, then once more here.
             retried += 1
             assert errors == ["threadmill.exceptions.AcknowledgementTimeout"]
-            assert stored.attempts == 2 and stored.worker_ids[0].endswith(f":{victim}")
+            assert stored.attempts == 2 and WorkerName.parse(stored.worker_ids[0]).pid == victim
             assert runs.get(stored.args[0], 0) in (1, 2)
     assert retried > 0
 
@@ -378,7 +381,7 @@ def test_telemetry_publishes_running_snapshots_and_a_final_stopped_one(backend, 
     assert worker.stop() == 0
     stopped = wait_until(lambda: snapshot_in("stopped"), "the stopped snapshot arrives", 10)
 
-    assert first["pid"] == running["pid"] == stopped["pid"] and running["worker"].endswith(f":{running['pid']}")
+    assert first["pid"] == running["pid"] == stopped["pid"] == WorkerName.parse(running["worker"]).pid
     assert (stopped["tasks_done"], stopped["threads"], stopped["busy_threads"], stopped["buffer_size"]) == (5, 2, 0, 8)
     assert running["queues"] == ["default"] and running["rss_bytes"] > 0 and running["tasks_per_minute"] > 0
     assert set(running) >= {"host", "buffer_fill", "cpu_percent", "started_at", "time", "backend"}

@@ -21,6 +21,7 @@ from datetime import UTC
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
+from ..identity import WorkerName
 from . import controls, history, metrics, schedules
 from .actions import (
     Requeued,
@@ -71,6 +72,7 @@ __all__ = [
     "TaskResultDoesNotExist",
     "TelemetryHub",
     "UnreadableTask",
+    "WorkerName",
     "WorkerSnapshot",
     "backend_aliases",
     "controls",
@@ -182,8 +184,9 @@ def snapshot_of_heartbeat(alias: str, document: dict, now: float) -> WorkerSnaps
     """Return a live worker's stored heartbeat document as the snapshot the telemetry would carry."""
     snapshot = parse_worker_event(alias, {**document, "type": "worker"}, now)
     if snapshot is None:  # a document without a pid: name it by its worker id
-        host, _, pid = str(document.get("worker", "?:0")).rpartition(":")
-        snapshot = WorkerSnapshot(alias, host, int(pid) if pid.isdigit() else 0, last_seen=now)
+        name = str(document.get("worker", ""))
+        parsed = WorkerName.parse(name) or WorkerName(name or "?", 0)
+        snapshot = WorkerSnapshot(alias, parsed.host, parsed.pid, last_seen=now, name=name)
     return snapshot
 
 

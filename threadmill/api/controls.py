@@ -1,11 +1,11 @@
 """Operator controls: pause and resume queues, quiet and stop worker processes, requeue orphaned running tasks.
 
 A running task is **orphaned** when its worker is known gone (its last heartbeat is older
-than `worker_timeout`) or its lease is overdue (the deadline, the running segment's score,
-is past on the server's clock). A worker that never sent a heartbeat is not known gone:
-the same rule the requeue script applies, so "requeue all orphaned" never moves a task it
-flagged that the script would then skip, and never moves a live lease (the script checks
-again, atomically, without force).
+than `worker_timeout`, or it has none and the lease is older than that: a worker's first
+heartbeat goes out as it starts) or its lease is overdue (the deadline, the running
+segment's score, is past on the server's clock). The same rule the requeue script applies,
+so "requeue all orphaned" never moves a task it flagged that the script would then skip,
+and never moves a live lease (the script checks again, atomically, without force).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def live_worker_documents(alias: str) -> list[dict[str, Any]]:
 
 
 def command_workers(alias: str, workers: Sequence[str], command: str, *, by: str) -> None:
-    """Ask worker processes ("host:pid") to be quiet or to stop; the command waits in Redis until taken."""
+    """Ask worker processes (by worker name) to be quiet or to stop; the command waits in Redis until taken."""
     get_backend(alias).send_control(list(workers), command, by=by)
 
 
@@ -66,9 +66,13 @@ class LeaseCheck:
     heartbeats: dict[str, float]
     worker_timeout: float
 
-    def worker_gone(self, worker: str) -> bool:
-        """Return whether a worker's last heartbeat is older than the timeout (never beating is not gone)."""
+    def worker_gone(self, worker: str, lease_started_at: datetime | None = None) -> bool:
+        """Return whether a worker's heartbeat is older than the timeout, or it has none and the lease is as old."""
+        if not worker:
+            return False
         beat = self.heartbeats.get(worker)
+        if beat is None:
+            beat = None if lease_started_at is None else lease_started_at.timestamp()
         return beat is not None and beat < self.now - self.worker_timeout
 
     def overdue(self, deadline: datetime | None) -> bool:
@@ -77,7 +81,7 @@ class LeaseCheck:
     def flags(self, item) -> set[str]:
         """Return which of LEASE_FLAGS a running task carries ("gone", "overdue"), none for a healthy lease."""
         out = set()
-        if self.worker_gone(getattr(item, "lease_worker", "") or ""):
+        if self.worker_gone(getattr(item, "lease_worker", "") or "", getattr(item, "lease_started_at", None)):
             out.add("gone")
         if self.overdue(getattr(item, "lease_deadline", None)):
             out.add("overdue")

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..identity import WorkerName
 from ..telemetry import SNAPSHOT_INTERVAL_S
 
 logger = logging.getLogger("threadmill.api")
@@ -48,14 +49,21 @@ class WorkerSnapshot:
     last_seen: float = 0.0
     stopped: bool = False
     state: str = "live"
-    #: The worker's id ("host:pid"), which worker commands name.
+    #: The worker's id ("host:pid:incarnation", or an older release's "host:pid"), which worker commands name.
     name: str = ""
     #: What the worker said it is doing: "running", "quiet" or "stopping".
     reported: str = "running"
 
     @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.alias, self.host, self.pid)
+    def key(self) -> tuple[str, str]:
+        # By name, not (host, pid): a restarted container's new process has the old one's pid.
+        return (self.alias, self.name or f"{self.host}:{self.pid}")
+
+    @property
+    def incarnation(self) -> str:
+        """Return what tells this process apart from an earlier one with the same host and pid ("" if unknown)."""
+        parsed = WorkerName.parse(self.name)
+        return parsed.incarnation if parsed else ""
 
     def serves(self, alias: str, queue_name: str) -> bool:
         return self.alias == alias and (not self.queues or queue_name in self.queues)
@@ -121,7 +129,7 @@ class TelemetryHub:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._workers: dict[tuple[str, str, int], WorkerSnapshot] = {}
+        self._workers: dict[tuple[str, str], WorkerSnapshot] = {}
         self._listeners: set[Listener] = set()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()

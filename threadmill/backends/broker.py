@@ -3,7 +3,8 @@
 The **mover** promotes deferred tasks whose run_after has passed. The **reaper** claims
 leases whose deadline passed on the server's clock, then fails each task with
 `AcknowledgementTimeout` or retries it per its retry policy. **Recovery** claims the leases
-of worker processes whose heartbeat is older than `worker_timeout`: a task that never
+of worker processes whose heartbeat is older than `worker_timeout` (or who have none, once
+the lease is that old: a worker's first heartbeat goes out as it starts): a task that never
 started goes back to ready as it was; one that was running goes back with the lost
 attempt recorded (`WorkerLost`), unless it lost its worker `WORKER_LOSS_LIMIT` times in a
 row. A claim gives the task a new fencing token, so two brokers never handle one task and
@@ -77,25 +78,19 @@ class RedisBroker:
         try:
             promoted = self.move_all()
             self.run_schedules()
-            dead = self._dead_workers() if recovering and self._partitioned() else None
+            heartbeats = self.backend.heartbeat_ages() if recovering and self._partitioned() else None
             for queue_name in self.queues():
                 for partition in self.backend.covered_partitions():
                     scripts = self.backend.scripts_for(partition)
                     scripts.sample_latency(queue_name)
                     reaped += self.reap(queue_name, partition)
                     if recovering:
-                        reaped += self.recover(queue_name, partition, dead if partition else None)
+                        reaped += self.recover(queue_name, partition, heartbeats if partition else None)
                     self.trim(queue_name, partition)
         except Exception:
             self._reachable_since = None
             raise
         return promoted, reaped
-
-    def _dead_workers(self) -> dict[str, float]:
-        """Workers silent past worker_timeout but not yet forgotten (their leases then belong to the reaper)."""
-        options = self.backend.config
-        forget_after = options.lease_ttl + options.worker_timeout
-        return {name: age for name, age in self.backend.silent_workers().items() if age < forget_after}
 
     def _partitioned(self) -> bool:
         return len(self.backend.covered_partitions()) > 1
@@ -213,18 +208,20 @@ class RedisBroker:
             self.backend.acknowledge(result)
         return 1
 
-    def recover(self, queue_name: str, partition: int | None = None, dead: dict[str, float] | None = None) -> int:
-        """Take back every lease of a queue held by a worker whose heartbeat stopped; return how many.
+    def recover(
+        self, queue_name: str, partition: int | None = None, heartbeats: dict[str, float] | None = None
+    ) -> int:
+        """Take back every lease of a queue held by a worker whose heartbeat stopped, or never came; return how many.
 
-        Partition 0 reads the workers set itself; another partition takes `dead` (name -> heartbeat age),
-        read from partition 0 once per pass.
+        Partition 0 reads the workers set itself; another partition takes `heartbeats` (every
+        worker's heartbeat age), read from partition 0 once per pass.
         """
         if partition is None:
             partitions = self.backend.covered_partitions()
-            dead = self._dead_workers() if len(partitions) > 1 else None
-            return sum(self.recover(queue_name, p, dead if p else None) for p in partitions)
-        if partition and dead is None:
-            dead = self._dead_workers()
+            heartbeats = self.backend.heartbeat_ages() if len(partitions) > 1 else None
+            return sum(self.recover(queue_name, p, heartbeats if p else None) for p in partitions)
+        if partition and heartbeats is None:
+            heartbeats = self.backend.heartbeat_ages()
         options = self.backend.config
         scripts = self.backend.scripts_for(partition)
         forget_after = options.lease_ttl + options.worker_timeout
@@ -239,7 +236,8 @@ class RedisBroker:
                 RECOVERY_SCAN_LIMIT,
                 CLAIM_WINDOW_S,
                 os.urandom(6).hex(),
-                dead,
+                heartbeats,
+                options.lease_ttl,
             )
             rows = [reply[i : i + 7] for i in range(1, len(reply), 7)]
             fates: Counter[tuple[str, str]] = Counter()

@@ -135,7 +135,7 @@ class KeySchema:
         return f"{self.prefix}:{queue_name}:{direction}:{minute}"
 
     def workers(self) -> str:
-        """Sorted set of worker process names (`host:pid`) by their last heartbeat, server seconds."""
+        """Sorted set of worker names (`host:pid:incarnation`) by their last heartbeat, server seconds."""
         return f"{self.prefix}:workers"
 
     def worker(self, name: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import time
 import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from django.utils.json import normalize_json
 from redis.cluster import RedisCluster
 
 from ..exceptions import BackendConnectionError, ServerUnreachable, UnreadableTaskError
+from ..identity import this_process_name
 from ..schedules import Schedule, parse_schedules
 from . import codec, layout
 from .aio import AsyncClients
@@ -104,8 +104,8 @@ def _call(index: int, call: Any) -> tuple[Any, Any]:
 
 
 def default_worker_name() -> str:
-    """Return this process's lease holder name, `host:pid`."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Return this process's lease holder name, `host:pid:incarnation` (see `threadmill.identity`)."""
+    return this_process_name()
 
 
 class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):

@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib.resources import files
 from typing import Any
 
@@ -99,9 +99,9 @@ def _durable_enqueue_error(error: redis.ResponseError) -> DurableEnqueueError:
     return DurableEnqueueError(f"The backend option fsync_enqueue is on, but {reason}, or turn fsync_enqueue off.")
 
 
-def _names(workers: Sequence[str] | None) -> str:
-    """Encode a list of worker names for a script: "" for none given, else "=" and one name a line."""
-    return "" if workers is None else "=" + "".join(f"{name}\n" for name in workers)
+def _heartbeats(ages: Mapping[str, float] | None) -> str:
+    """Encode heartbeat ages for a script: "" to read the workers set itself, else "+" and `name<TAB>age` lines."""
+    return "" if ages is None else "+" + "".join(f"{name}\t{age:.3f}\n" for name, age in ages.items())
 
 
 class LuaScript:
@@ -457,16 +457,16 @@ class RedisScripts:
         needles: Sequence[str],
         force: bool,
         worker_timeout: float,
-        silent_workers: Sequence[str] | None = None,
+        heartbeats: Mapping[str, float] | None = None,
     ) -> tuple[list[str], list[str]]:
         """Requeue (task id, lease token, document) entries of one segment to ready; return (moved, refused).
 
-        `silent_workers` None reads heartbeats from the workers set (partition 0); a list names the
-        workers whose heartbeat is older than `worker_timeout` (another partition's slot lacks the set).
+        `heartbeats` None reads heartbeats from the workers set (partition 0); a mapping gives every
+        worker's heartbeat age, read from partition 0 (another partition's slot lacks the set).
         """
         k = self.keys
         args: list[Any] = [
-            segment.value, "1" if force else "0", worker_timeout, _names(silent_workers), len(needles), *needles
+            segment.value, "1" if force else "0", worker_timeout, _heartbeats(heartbeats), len(needles), *needles
         ]  # fmt: skip
         for entry in entries:
             args += entry
@@ -491,14 +491,14 @@ class RedisScripts:
         queue_name: str,
         task_ids: Sequence[str],
         worker_timeout: float,
-        silent_workers: Sequence[str] | None = None,
+        heartbeats: Mapping[str, float] | None = None,
     ) -> list[str]:
         """Return those of the ids running under a live lease (deadline ahead, worker not timed out)."""
         k = self.keys
         reply = self._run(
             self._live_leases,
             keys=[k.segment(queue_name, Segment.RUNNING), k.task_prefix(), k.workers()],
-            args=[worker_timeout, _names(silent_workers), *task_ids],
+            args=[worker_timeout, _heartbeats(heartbeats), *task_ids],
         )
         return [task_id.decode() for task_id in reply]
 
@@ -534,13 +534,18 @@ class RedisScripts:
         scan_limit: int,
         claim_window_s: float,
         token_base: str,
-        dead_workers: dict[str, float] | None = None,
+        heartbeats: Mapping[str, float] | None = None,
+        lease_ttl_s: float | None = None,
     ) -> list:
-        """Claim the leases of dead workers; `dead_workers` (name -> heartbeat age) is given for partitions above 0."""
+        """Claim the leases of dead workers; return the claimed rows.
+
+        `heartbeats` (every worker's heartbeat age) is given for partitions above 0, whose slot
+        lacks the workers set. With `lease_ttl_s`, a lease whose worker never sent a heartbeat is
+        a dead worker's once it is `worker_timeout_s` old.
+        """
         k = self.keys
         args: list[Any] = [worker_timeout_s, forget_after_s, batch_size, scan_limit, claim_window_s, token_base]
-        if dead_workers is not None:
-            args.append("=" + "".join(f"{name}\t{age:.3f}\n" for name, age in dead_workers.items()))
+        args += [_heartbeats(heartbeats), "" if lease_ttl_s is None else lease_ttl_s]
         return self._run(
             self._claim_abandoned,
             keys=[k.workers(), k.segment(queue_name, Segment.RUNNING), k.task_prefix()],

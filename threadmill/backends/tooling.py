@@ -521,8 +521,9 @@ class RedisTooling:
 
         A running task's abandoned attempt is recorded (its worker id kept, an
         `AttemptAbandoned` error added). Without `force` a running task moves only when its
-        lease is overdue or its worker's heartbeat is older than `worker_timeout`, checked in
-        the same script as the move; `live_leases` tells which would be skipped.
+        lease is overdue or its worker's heartbeat is older than `worker_timeout` (a worker with
+        no heartbeat: the lease is older than that), checked in the same script as the move;
+        `live_leases` tells which would be skipped.
         """
         segment = Segment.parse(segment)
         ids = list(task_ids)
@@ -554,19 +555,17 @@ class RedisTooling:
     def live_leases(self, queue_name: str, task_ids: Iterable[str]) -> list[str]:
         """Return those of the given tasks running under a live lease: the ones requeue_many skips without force."""
         live: list[str] = []
-        silent = None
+        heartbeats = None
         for partition, ids in by_partition(task_ids, str).items():
-            if partition and silent is None:
-                silent = self.silent_workers()
+            if partition and heartbeats is None:
+                heartbeats = self.heartbeat_ages()
             scripts = self.scripts_for(partition)
-            live += scripts.live_leases(
-                queue_name, ids, self.config.worker_timeout, list(silent or ()) if partition else None
-            )
+            live += scripts.live_leases(queue_name, ids, self.config.worker_timeout, heartbeats if partition else None)
         return live
 
     @translate_errors
-    def silent_workers(self) -> dict[str, float]:
-        """Return the workers whose last heartbeat is older than `worker_timeout` by partition 0's clock, with its age.
+    def heartbeat_ages(self) -> dict[str, float]:
+        """Return every worker in the workers set with its heartbeat's age, seconds by partition 0's clock.
 
         Scripts on other partitions take them in ARGV: their slot does not hold the workers set.
         """
@@ -575,7 +574,7 @@ class RedisTooling:
         pipe.zrangebyscore(self.keys.workers(), "-inf", "+inf", withscores=True)
         (seconds, micros), entries = pipe.execute()
         now = seconds + micros / 1e6
-        return {name.decode(): now - beat for name, beat in entries if beat < now - self.config.worker_timeout}
+        return {name.decode(): now - beat for name, beat in entries}
 
     def _requeue_batch(
         self, queue_name: str, segment: Segment, ids: list[str], needles: Sequence[str], force: bool, by: str
@@ -590,10 +589,10 @@ class RedisTooling:
     ) -> list[str]:
         timeout = self.config.worker_timeout
         scripts = self.scripts_for(partition)
-        silent = list(self.silent_workers()) if partition and segment is Segment.RUNNING else None
+        heartbeats = self.heartbeat_ages() if partition and segment is Segment.RUNNING else None
         if segment is not Segment.RUNNING:
             entries = [(task_id, "", "") for task_id in ids]
-            return scripts.requeue_many(queue_name, segment, entries, needles, force, timeout, silent)[0]
+            return scripts.requeue_many(queue_name, segment, entries, needles, force, timeout, heartbeats)[0]
         by = f"{by} (forced)" if force else f"{by} (its lease overdue or its worker silent)"
         moved: list[str] = []
         # The fence refuses a task leased again since it was read; read it again, a few times.
@@ -601,7 +600,7 @@ class RedisTooling:
             entries = self._abandoned_entries(queue_name, ids, needles, by)
             if not entries:
                 break
-            done, ids = scripts.requeue_many(queue_name, segment, entries, needles, force, timeout, silent)
+            done, ids = scripts.requeue_many(queue_name, segment, entries, needles, force, timeout, heartbeats)
             moved += done
             if not ids:
                 break

@@ -12,12 +12,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ..identity import WorkerName
 from .common import add_backend_argument, threadmill_backend
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "workers", nargs="*", metavar="WORKER_ID", help="Worker processes (host:pid) as status lists them."
+        "workers",
+        nargs="*",
+        metavar="WORKER_ID",
+        help="Worker processes as status lists them (host:pid:incarnation), or host:pid when one live process has it.",
     )
     parser.add_argument("--host", metavar="HOST", help="Every live worker process on this host.")
     parser.add_argument("--all", action="store_true", help="Every live worker process of the backend.")
@@ -40,16 +44,30 @@ def send(command: BaseCommand, options: dict[str, Any], verb: str) -> int:
 def _targets(live: list[str], options: dict[str, Any]) -> list[str]:
     chosen = [bool(options["workers"]), options["host"] is not None, options["all"]]
     if sum(chosen) != 1:
-        raise CommandError("Name worker processes (host:pid), or give --host HOST or --all: exactly one of them.")
+        raise CommandError("Name worker processes (their ids), or give --host HOST or --all: exactly one of them.")
     if options["all"]:
         targets = live
     elif options["host"] is not None:
-        targets = [name for name in live if name.rpartition(":")[0] == options["host"]]
+        targets = [name for name in live if (parsed := WorkerName.parse(name)) and parsed.host == options["host"]]
     else:
-        unknown = [name for name in options["workers"] if name not in live]
+        found = {name: _matching(name, live) for name in options["workers"]}
+        unknown = [name for name, matches in found.items() if not matches]
         if unknown:
             raise CommandError(f"No live worker process {', '.join(unknown)}; `threadmill status` lists them.")
-        targets = list(dict.fromkeys(options["workers"]))
+        ambiguous = [name for name, matches in found.items() if len(matches) > 1]
+        if ambiguous:
+            raise CommandError(
+                f"Several live worker processes are {', '.join(ambiguous)}; name one by its full id "
+                "(host:pid:incarnation) as `threadmill status` lists it."
+            )
+        targets = list(dict.fromkeys(matches[0] for matches in found.values()))
     if not targets:
         raise CommandError("No live worker process matches.")
     return targets
+
+
+def _matching(wanted: str, live: list[str]) -> list[str]:
+    """Return the live worker that `wanted` names exactly, else those whose host:pid it is."""
+    if wanted in live:
+        return [wanted]
+    return [name for name in live if (parsed := WorkerName.parse(name)) and parsed.process == wanted]

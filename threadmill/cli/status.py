@@ -14,6 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from ..backends.base import Segment
+from ..identity import WorkerName
 from .common import add_backend_argument, threadmill_backend
 
 HELP = "Print each queue (counts, latency, paused) and the live workers; exit 1 if ready tasks have no worker."
@@ -62,7 +63,9 @@ def collect(backend, now: float) -> dict[str, Any]:
 
 def _worker(document: dict[str, Any]) -> dict[str, Any]:
     fields = ("worker", "state", "queues", "threads", "busy_threads", "tasks_done", "heartbeat_age_s")
-    return {name: document.get(name) for name in fields}
+    parsed = WorkerName.parse(str(document.get("worker", "")))
+    where = {"host": parsed.host, "pid": parsed.pid} if parsed else {"host": None, "pid": None}
+    return {name: document.get(name) for name in fields} | where
 
 
 def render(status: dict[str, Any]) -> str:

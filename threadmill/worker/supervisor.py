@@ -17,7 +17,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import socket
 import time
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from django.db import connections
 
 from ..backends.redis import RedisBroker
 from ..exceptions import ServerUnreachable
+from ..identity import WorkerName, new_incarnation
 from .child import HANDLED_SIGNALS, QUIET_SIGNAL, run_worker_process
 from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, WorkerConfig
 
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("threadmill.supervisor")
 
-#: This host's name, as worker process names (`host:pid`) carry it.
-HOST = socket.gethostname()
 #: First pause before respawning a worker process that died young, seconds.
 RESPAWN_PAUSE_S = 0.1
 #: Longest pause before respawning a worker process that keeps dying young, seconds.
@@ -54,6 +52,8 @@ class Supervisor:
         self.config = config
         self.broker = RedisBroker(backend, list(config.queues))
         self.children: dict[int, tuple[multiprocessing.Process, float]] = {}
+        #: Each slot's worker process name (`host:pid:incarnation`), as its leases and heartbeats carry it.
+        self.names: dict[int, str] = {}
         self.stopping = False
         self.interrupted = False
         self._kill_at = float("inf")
@@ -124,7 +124,7 @@ class Supervisor:
 
     def _obey_operators(self) -> None:
         """Carry out the quiet and stop commands operators left in Redis for this pool's processes."""
-        slots = {f"{HOST}:{process.pid}": slot for slot, (process, _) in self.children.items() if process.pid}
+        slots = {self.names[slot]: slot for slot in self.children}
         for name, command in self.backend.take_control(list(slots)).items():
             slot = slots[name]
             pid = self.children[slot][0].pid
@@ -156,8 +156,12 @@ class Supervisor:
         # A child must not share the supervisor's database sockets, and must not run the
         # supervisor's signal handlers before it installs its own: both are settled here.
         connections.close_all()
+        # Chosen here, so this supervisor knows the child's name for operators' commands.
+        incarnation = new_incarnation()
         process = self._context.Process(
-            target=run_worker_process, args=(self.config, os.getpid()), name=f"threadmill-worker-{slot}"
+            target=run_worker_process,
+            args=(self.config, os.getpid(), incarnation),
+            name=f"threadmill-worker-{slot}",
         )
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
         try:
@@ -165,6 +169,7 @@ class Supervisor:
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
         self.children[slot] = (process, time.monotonic())
+        self.names[slot] = str(WorkerName.for_process(incarnation, process.pid))
 
     def _collect(self) -> None:
         for slot, (process, born) in list(self.children.items()):

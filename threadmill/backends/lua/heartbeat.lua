@@ -3,7 +3,7 @@
 -- recovers its leases. A goodbye (empty document) removes the worker: it handed everything back.
 -- KEYS[1] (zset)   workers by last heartbeat, server epoch seconds
 -- KEYS[2] (string) this worker's last heartbeat document
--- ARGV[1] (string) the worker's name, host:pid
+-- ARGV[1] (string) the worker's name, host:pid:incarnation (an older release's: host:pid)
 -- ARGV[2] (string) the heartbeat document (JSON), or "" to say goodbye
 -- ARGV[3] (number) seconds the document outlives the heartbeat
 -- ARGV[4] (string) telemetry channel the document is also published on, or "" for none

@@ -1,12 +1,14 @@
 -- live_leases: which of the given tasks are running under a live lease, read-only.
 -- The same rule as requeue_many's: a lease is live while its deadline (the running score) is
 -- ahead on the server's clock and its worker's heartbeat is no older than the worker timeout
--- (a worker with no heartbeat counts as alive). Without force, requeue_many skips these.
+-- (a worker with no heartbeat counts as alive until the lease is as old as the timeout).
+-- Without force, requeue_many skips these.
 -- KEYS[1] (zset)   the queue's running segment (score: lease deadline)
 -- KEYS[2] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
 -- KEYS[3] (zset)   worker names by last heartbeat, server epoch seconds (unread when ARGV[2] is given)
 -- ARGV[1] (number) worker timeout, seconds
--- ARGV[2] (string) "" to read heartbeats from KEYS[3]; else "=" and the silent workers' names, one a line
+-- ARGV[2] (string) "" to read heartbeats from KEYS[3]; else "+" and every worker of that set as
+--                  `name<TAB>heartbeat age` lines (another partition's slot does not hold the set)
 -- ARGV[3..n] (string) task ids
 -- Returns: {id1, id2, ...} those of the ids running under a live lease, in the order given
 -- include: silent
@@ -18,8 +20,11 @@ local out = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], id)
-  if deadline and tonumber(deadline) >= now and not silent(redis.call('HGET', KEYS[2] .. id, 'lease_worker')) then
-    out[#out + 1] = id
+  if deadline and tonumber(deadline) >= now then
+    local lease = redis.call('HMGET', KEYS[2] .. id, 'lease_worker', 'lease_started_at')
+    if not silent(lease[1], lease[2]) then
+      out[#out + 1] = id
+    end
   end
 end
 return out

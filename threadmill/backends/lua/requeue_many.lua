@@ -5,7 +5,8 @@
 -- A running task moves only with the document the caller built from it (its abandoned attempt
 -- recorded), fenced by the lease token it was read under; and, unless forced, only when its
 -- lease is overdue or its worker's heartbeat is older than the worker timeout (a worker with
--- no heartbeat counts as alive), so a task a live worker runs is never started twice.
+-- no heartbeat counts as alive until the lease is as old as the timeout), so a task a live
+-- worker runs is never started twice.
 -- KEYS[1] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
 -- KEYS[2] (prefix) result prefix of an older layout (1), read where the hash has no `result` field
 -- KEYS[3] (zset)   the queue's ready segment
@@ -15,8 +16,8 @@
 -- ARGV[1] (string) the source segment's name; a task in another segment or queue is left alone
 -- ARGV[2] (string) "1" to move a running task even when its lease is live
 -- ARGV[3] (number) worker timeout, seconds
--- ARGV[4] (string) "" to read heartbeats from KEYS[5]; else "=" and the silent workers' names, one
---                  a line (a partition other than 0, whose slot does not hold the workers set)
+-- ARGV[4] (string) "" to read heartbeats from KEYS[5]; else "+" and every worker of that set as
+--                  `name<TAB>heartbeat age` lines (a partition other than 0, whose slot does not hold it)
 -- ARGV[5] (number) k, the number of needles
 -- ARGV[6..5+k] (string) needles, each matched as plain text against the result document, else
 --                       the stored payload (for unreadable tasks, also the read error)
@@ -51,23 +52,23 @@ local function matches(key, id)
 end
 
 -- A lease is live while its deadline (the running score) is ahead and its worker's heartbeat is fresh.
-local function live(id, worker)
+local function live(id, worker, lease_started_at)
   local deadline = redis.call('ZSCORE', KEYS[4], id)
   if deadline and tonumber(deadline) < now then
     return false
   end
-  return not silent(worker)
+  return not silent(worker, lease_started_at)
 end
 
 for i = 6 + k, #ARGV, 3 do
   local id, token, document = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local key = KEYS[1] .. id
-  local f = redis.call('HMGET', key, 'segment', 'score', 'lease_token', 'lease_worker', 'result')
+  local f = redis.call('HMGET', key, 'segment', 'score', 'lease_token', 'lease_worker', 'result', 'lease_started_at')
   -- In this queue's segment, not merely a segment of that name: a task is in one queue only.
   if f[1] == source and redis.call('ZSCORE', KEYS[4], id) and matches(key, id) then
     if source == 'running' and (token == '' or f[3] ~= token) then
       refused[#refused + 1] = id
-    elseif source ~= 'running' or force or not live(id, f[4]) then
+    elseif source ~= 'running' or force or not live(id, f[4], f[6]) then
       if document ~= '' then
         redis.call('HSET', key, 'data', document)
       else

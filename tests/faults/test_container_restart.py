@@ -1,0 +1,142 @@
+"""A pool killed and restarted in a fresh PID namespace, as a container restart does.
+
+In a new PID namespace the supervisor is pid 1 and its worker processes get the next small
+pids, so a restart gives the new processes the old pids exactly, on the same hostname. The
+dead processes' names must not come back to life with them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
+from django.tasks import TaskResultStatus
+
+from tests.faults.conftest import FAULT_TIMEOUTS, SLACK_S, Pool, Tally, fault_env, wait_for, wait_for_drain
+from threadmill.identity import WorkerName
+
+pytestmark = pytest.mark.slow
+
+WORKER_TIMEOUT_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_WORKER_TIMEOUT"])
+SOCKET_TIMEOUT_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_SOCKET_TIMEOUT"])
+BROKER_INTERVAL_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_BROKER_INTERVAL"])
+#: The errors recovery records for an attempt its lost worker was running.
+LOST = "threadmill.exceptions.WorkerLost"
+
+
+class NamespacedPool(Pool):
+    """A pool whose supervisor is pid 1 of a PID namespace of its own, with its own /proc."""
+
+    # --kill-child: if unshare dies, so does the namespace (the clean-up kills it that way).
+    COMMAND_PREFIX = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+
+    def init(self) -> psutil.Process | None:
+        """The namespace's pid 1, the supervisor, as this test's namespace numbers it."""
+        try:
+            return next(iter(psutil.Process(self.process.pid).children()), None)
+        except psutil.NoSuchProcess:
+            return None
+
+    def children(self) -> list[int]:
+        init = self.init()
+        try:
+            pids = [child.pid for child in init.children()] if init else []
+        except psutil.NoSuchProcess:
+            return []
+        for pid in pids:
+            try:
+                self.seen.setdefault(pid, psutil.Process(pid).create_time())
+            except psutil.NoSuchProcess:
+                pass
+        return pids
+
+    def kill_namespace(self) -> None:
+        """SIGKILL the namespace's pid 1: the kernel kills every process in it, as `docker kill` does."""
+        init = self.init()
+        assert init is not None, "the pool's namespace has no init process"
+        init.kill()
+        self.process.wait(10)
+
+
+@pytest.fixture
+def start_namespaced_pool(counter_server) -> Iterator[Callable[..., NamespacedPool]]:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.fail("This test runs pools in PID namespaces of their own: run it as root, with util-linux's unshare.")
+    pools: list[NamespacedPool] = []
+
+    def start(server, *args: str) -> NamespacedPool:
+        pools.append(NamespacedPool(*args, env=fault_env(server, counter_server.url)))
+        return pools[-1]
+
+    yield start
+    for pool in pools:
+        pool.close()
+
+
+def _leases(tally: Tally) -> dict[str, tuple[str, str]]:
+    """Each running task's (lease worker, lease token)."""
+    pipe = tally.backend.client.pipeline(transaction=False)
+    for task_id in tally.ids:
+        pipe.hmget(tally.backend.task_keys(task_id).task(task_id), ["segment", "lease_worker", "lease_token"])
+    return {
+        task_id: (worker.decode(), token.decode())
+        for task_id, (segment, worker, token) in zip(tally.ids, pipe.execute(), strict=True)
+        if segment == b"running"
+    }
+
+
+def test_a_pool_killed_and_restarted_in_a_fresh_pid_namespace_runs_every_task_again_within_the_worker_timeout(
+    tally: Tally, fault_server, start_namespaced_pool
+):
+    tally.enqueue(60, sleep_ms=400)
+    first = start_namespaced_pool(fault_server, "-w", "2", "-t", "2")
+    # Both processes run tasks and hold more in their buffers.
+    wait_for(
+        lambda: first.alive()
+        and len({worker for worker, _ in _leases(tally).values()}) == 2
+        and len(_leases(tally)) >= 12
+        and sum(tally.started().values()) >= 4,
+        lambda: f"both worker processes run tasks and buffer more ({tally.summary()})",
+        30,
+    )
+
+    first.kill_namespace()
+    killed_at = time.monotonic()
+    held = _leases(tally)
+    started, finished = tally.started(), tally.finished()
+    old_names = {worker for worker, _ in held.values()}
+    assert len(held) >= 12, tally.summary()
+    assert any(started[i] and not finished[i] for i in held) and any(not started[i] for i in held), tally.summary()
+
+    second = start_namespaced_pool(fault_server, "-w", "2", "-t", "2")
+
+    # The new broker trusts heartbeats worker_timeout + socket_timeout after it first reaches the server.
+    wait_for(
+        lambda: second.alive() and not [i for i, lease in _leases(tally).items() if held.get(i) == lease],
+        lambda: f"the {len(held)} leases of the killed pool are taken back ({tally.summary()})",
+        WORKER_TIMEOUT_S + SOCKET_TIMEOUT_S + BROKER_INTERVAL_S + SLACK_S,
+    )
+    recovered_in = time.monotonic() - killed_at
+    new_names = set(tally.backend.worker_heartbeats()) - old_names
+    # The fault really happened: the new processes have the old pids, under new names.
+    assert {WorkerName.parse(n).pid for n in old_names} & {WorkerName.parse(n).pid for n in new_names}, (
+        old_names,
+        new_names,
+    )
+    wait_for_drain(second, tally, 60)
+
+    # Only a task that had finished in the killed pool, its acknowledgement not yet sent, may run again.
+    unacknowledged = {task_id for task_id in held if finished[task_id]}
+    twice = tally.ran_twice()
+    assert set(twice) <= unacknowledged and set(twice.values()) <= {2}, (twice, unacknowledged)
+    assert tally.never_ran() == [], tally.summary()
+    assert tally.statuses() == {TaskResultStatus.SUCCESSFUL: len(tally.ids)}, tally.summary()
+    for task_id in held:
+        result = tally.backend.get_result(task_id)
+        lost = [e for e in result.errors if e.exception_class_path == LOST]
+        assert len(lost) <= 1 and not (set(result.worker_ids[:-1]) - old_names), (task_id, result.worker_ids)
+    print(f"{len(held)} leases of the killed pool recovered {recovered_in:.1f} s after the kill")
