@@ -54,6 +54,8 @@ EXITING_TASKS = 10
 POLL_S = 0.1
 #: The worker command of every row.
 WORKER = ["manage.py", "threadmill", "worker", "-w", "1", "-t", "4", "--log-format", "text"]
+#: What a namespaced pool runs under: a PID namespace of its own (as root), dying with unshare.
+NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 #: Queues of tests.settings.
 QUEUES = ["default", "emails", "reports"]
 
@@ -66,11 +68,21 @@ class Drain:
     pool: subprocess.Popen
     log: Path
     client: redis.Redis
+    #: Starts another pool like the first (the container row restarts it), appending to the log.
+    start_pool: Callable[[], subprocess.Popen]
+
+
+def worker_process(drain: Drain) -> int:
+    """The pid of the pool's worker process, under the namespace's unshare or not."""
+    supervisor = psutil.Process(drain.pool.pid)
+    if supervisor.name() == "unshare":
+        supervisor = supervisor.children()[0]
+    return supervisor.children()[0].pid
 
 
 def kill_worker_process(drain: Drain) -> None:
     """kill -9 the pool's worker process (the supervisor respawns it)."""
-    os.kill(psutil.Process(drain.pool.pid).children()[0].pid, signal.SIGKILL)
+    os.kill(worker_process(drain), signal.SIGKILL)
 
 
 def restart_server(drain: Drain) -> None:
@@ -88,12 +100,23 @@ def server_down(drain: Drain) -> None:
 
 def freeze_worker_process(drain: Drain) -> None:
     """SIGSTOP the pool's worker process for `FREEZE_S`, then SIGCONT it (the broker recovers its leases meanwhile)."""
-    pid = psutil.Process(drain.pool.pid).children()[0].pid
+    pid = worker_process(drain)
     os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(FREEZE_S)  # The freeze itself.
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def restart_container(drain: Drain) -> None:
+    """SIGKILL the pool's PID namespace (its pid 1, so the kernel kills every process in it) and start a new one.
+
+    The new namespace hands out the same pids on the same host, as a container restart does.
+    """
+    init = psutil.Process(drain.pool.pid).children()[0]
+    init.kill()
+    drain.pool.wait()
+    drain.pool = drain.start_pool()
 
 
 def nothing(drain: Drain) -> None:
@@ -113,12 +136,15 @@ class Fault:
     long_task: bool = False
     #: Tasks enqueued among the drain that call sys.exit(): they must end FAILED, run once.
     exiting: int = 0
+    #: Whether the pool runs in a PID namespace of its own, as in a container.
+    namespaced: bool = False
 
 
 FAULTS = [
     Fault("kill -9 the worker process (the pool respawns it)", kill_worker_process),
     Fault("restart Valkey cleanly (SIGTERM, append-only file)", restart_server),
     Fault(f"Valkey down for {OUTAGE_S:g} s, then back", server_down),
+    Fault("kill -9 the pool's container (a fresh PID namespace) and start it again", restart_container, namespaced=True),
     Fault(f"freeze the worker process {FREEZE_S:g} s (SIGSTOP, 2x worker_timeout)", freeze_worker_process),
     Fault(f"{EXITING_TASKS} tasks call sys.exit() among the drain", nothing, exiting=EXITING_TASKS),
     Fault(f"SIGTERM to the pool while a {LONG_TASK_S} s task runs", sigterm_pool, long_task=True),
@@ -188,20 +214,25 @@ def measure_once(fault: Fault, counter_url: str, tasks: int, scratch: Path) -> d
     server = EmbeddedValkey(data_dir, free_port(), persist=True).start()
     ids = enqueue(server.url, tasks, fault)
     log = scratch / "pool.log"
-    with open(log, "w") as out:
-        pool = subprocess.Popen(
-            [sys.executable, *WORKER], cwd=ROOT, env=pool_env(server.url, counter_url),
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-    drain = Drain(server, pool, log, redis.Redis.from_url(server.url, socket_timeout=1))
+    log.write_text("")
+    prefix = NAMESPACE if fault.namespaced else []
+
+    def start_pool() -> subprocess.Popen:
+        with open(log, "a") as out:
+            return subprocess.Popen(
+                [*prefix, sys.executable, *WORKER], cwd=ROOT, env=pool_env(server.url, counter_url),
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+
+    drain = Drain(server, start_pool(), log, redis.Redis.from_url(server.url, socket_timeout=1), start_pool)
     try:
         return observe(drain, fault, counter, ids)
     finally:
         # The pool leads its own process group: this ends its worker processes too, even
         # ones whose supervisor already exited.
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pool.pid, signal.SIGKILL)
-        pool.wait()
+            os.killpg(drain.pool.pid, signal.SIGKILL)
+        drain.pool.wait()
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
 

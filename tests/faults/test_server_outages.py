@@ -57,3 +57,26 @@ def test_a_server_frozen_for_ten_seconds_mid_drain_loses_nothing_and_runs_nothin
     fault_server, tally, start_pool
 ):
     _drain_through(lambda: fault_server.freeze_for(OUTAGE_S), fault_server, tally, start_pool)
+
+
+def test_a_process_stopped_while_the_server_is_down_is_not_taken_for_one_whose_consumers_died(fault_server, caplog):
+    from tests import tasks
+    from threadmill.worker.config import WorkerConfig
+    from threadmill.worker.process import WorkerProcess
+
+    backend = fault_backend(fault_server, socket_timeout=0.5)
+    for _ in range(3):
+        backend.enqueue(tasks.sleep_for, [0.3], {})
+    config = WorkerConfig(queues=("default",), threads=1, prefetch_count=4, shutdown_timeout=1.0)
+    process = WorkerProcess(backend, config, "h:1:stopping")
+    process.start()
+    wait_for(lambda: process.busy == 1 and len(process.buffer) == 2, lambda: "the first task runs, two wait", 10)
+
+    fault_server.stop()
+    process.stop()
+    assert process.finished.wait(10), "the stopped process did not finish"
+
+    # Its consumer left because it stopped, with an outcome it could not acknowledge: not a crash.
+    assert "Every consumer thread" not in caplog.text
+    assert not process.failed and process.exit_code == 0
+    assert process.named_on_server, "an unacknowledged outcome is left to the broker, so no goodbye"

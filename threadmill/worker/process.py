@@ -280,7 +280,8 @@ class WorkerProcess:
                         return work
                 if self._settled():
                     return None
-                if not self.consumers_alive:
+                if not self.consumers_alive and self.phase in (Phase.FETCHING, Phase.QUIET):
+                    # Draining or stopping, consumers leave once nothing is buffered: only here is it a death.
                     logger.error("Every consumer thread of this worker process died; it stops and is replaced.")
                     self.failed = True
                     self._shutdown_at = now
