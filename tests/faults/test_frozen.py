@@ -71,3 +71,37 @@ def test_a_process_frozen_past_the_worker_timeout_does_not_run_its_stale_buffer(
     assert tally.statuses() == {TaskResultStatus.SUCCESSFUL: len(tally.ids)}, tally.summary()
     assert "buffered tasks go back unstarted" in frozen_pool.output, frozen_pool.output[-3000:]
     print(f"frozen {2 * WORKER_TIMEOUT_S:g} s; ran twice: {len(twice)}")
+
+
+def test_a_process_frozen_across_a_server_restart_leases_nothing_until_its_heartbeat_is_stored(
+    tally: Tally, fault_server, start_pool
+):
+    pool = start_pool(fault_server, "-w", "2", "-t", "1")
+    wait_for(lambda: pool.alive() and len(pool.worker_names()) == 2, lambda: "two worker processes report", 30)
+    victim = pool.children()[0]
+    victim_name = pool.worker_name(victim)
+    wait_for(
+        lambda: victim_name in tally.backend.worker_heartbeats(), lambda: "the victim's heartbeat is stored", 10
+    )
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        # Its connections die with the server: on resume its first heartbeat fails, and it must not
+        # lease on an old heartbeat, which the broker takes for a dead worker's.
+        fault_server.restart()
+        wait_for(
+            lambda: (beat := tally.backend.worker_heartbeats().get(victim_name)) is None
+            or tally.backend.server_time().timestamp() - beat > 2 * WORKER_TIMEOUT_S,
+            lambda: "the frozen process's heartbeat is older than twice the worker timeout",
+            30,
+        )
+        tally.enqueue(300, sleep_ms=30)  # a backlog for the resumed process to lease from
+    finally:
+        os.kill(victim, signal.SIGCONT)
+
+    wait_for_drain(pool, tally, 60)
+    wait_for(
+        lambda: pool.alive() and _holds_nothing(tally.backend.worker_document(victim_name)),
+        lambda: f"the resumed process settles ({tally.backend.worker_document(victim_name)})",
+        15,
+    )
+    tally.assert_each_ran_once()
