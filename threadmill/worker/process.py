@@ -437,6 +437,8 @@ class WorkerProcess:
             self.unsettled += len(results)
             if results and (self.phase is Phase.STOPPING or epoch != self.trust_epoch):
                 # The reply came after stop() emptied the buffer, or after a heartbeat gap: hand them back.
+                logger.info("%d tasks leased by a call answered after %s go back to ready.", len(results),
+                            "the stop" if self.phase is Phase.STOPPING else "a heartbeat gap")
                 self.unstarted.extend(results)
             elif results:
                 self._poll_pause = self.backend.config.poll_interval
