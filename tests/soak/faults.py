@@ -19,6 +19,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from threadmill.worker.process import HEARTBEAT_TRUST_SHARE
+
 from .harness import SHUTDOWN_GRACE_S, SHUTDOWN_TIMEOUT_S, alive_and_same, kill_if_same
 
 if TYPE_CHECKING:
@@ -118,7 +120,7 @@ def allows_rerun(event: FaultEvent, run: Run, outages: list[FaultEvent], worker_
 
     - kill -9 of a worker process: a run it had finished whose acknowledgement was not sent.
     - SIGSTOP, or a pool's proxy stalled, longer than worker_timeout: the run going on at the
-      freeze (for a stall, any started before the heartbeat could be missed), or one finished
+      freeze (for a stall, any started before the process saw its heartbeats go unstored), or one finished
       just before it. Buffered tasks must not run again.
     - SIGTERM of a pool, kill -9 of its supervisor: a run that was still going at the shutdown
       timeout, handed back with its process killed after it.
@@ -132,7 +134,9 @@ def allows_rerun(event: FaultEvent, run: Run, outages: list[FaultEvent], worker_
             _running_at(run, event.started) or _ack_pending_at(run, event.started, outages)
         )
     if event.kind == PROXY_STALL and long_freeze and event.proxy == run.pool_name:
-        caught = run.started <= event.started + worker_timeout + EDGE_S and run.finished >= event.started - EDGE_S
+        # Cut off, a process stops starting tasks once no heartbeat was stored for that share of the timeout.
+        cut_off_after = worker_timeout * HEARTBEAT_TRUST_SHARE
+        caught = run.started <= event.started + cut_off_after + EDGE_S and run.finished >= event.started - EDGE_S
         return caught or _ack_pending_at(run, event.started, outages)
     if event.kind in (SIGTERM_POOL, KILL_SUPERVISOR):
         return run.pool == event.pool and run.finished >= event.started + SHUTDOWN_TIMEOUT_S - 1.0
