@@ -153,6 +153,17 @@ def stamp(key):
     return key
 
 
+@task
+def spell(key, seconds=0.0):
+    """Record when the task started and ended (epoch seconds) in the test server's `test:spells` hash."""
+    import time
+
+    started = time.time()
+    time.sleep(seconds)
+    _runs().hset("test:spells", key, f"{started!r} {time.time()!r}")
+    return key
+
+
 # -- fault tests ----------------------------------------------------------------------
 
 _counter_clients: dict[int, object] = {}
@@ -203,3 +214,13 @@ def count_run(context, sleep_ms=0, first_attempt_sleep_ms=None):
 def count_run_without_retry(context, sleep_ms=0, first_attempt_sleep_ms=None):
     """Like count_run, with no retry policy: a lost lease fails it."""
     return count_run.func(context, sleep_ms, first_attempt_sleep_ms)
+
+
+@task(takes_context=True)
+def kill_own_process(context):
+    """Count this start on the counter server, then SIGKILL the worker process running it (an OOM kill, a segfault)."""
+    import os
+    import signal
+
+    _counter().hincrby("faults:started", context.task_result.id, 1)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from traceback import format_exception
+from typing import TYPE_CHECKING
 
 from django.tasks import TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 
 from .exceptions import AcknowledgementTimeout, AttemptAbandoned, WorkerLost
 from .retry import next_retry_delay
+
+if TYPE_CHECKING:
+    from .backends.base import ThreadmillTaskResult
 
 #: Times in a row a task may lose its worker before the broker fails it instead: a task that
 #: keeps taking its worker down (a segfault, the OOM killer) must not do so forever.
@@ -71,8 +75,26 @@ def worker_lost_error(message: str) -> TaskError:
     return TaskError(exception_class_path=path, traceback=f"{path}: {message}\n")
 
 
-def keeps_losing_its_worker(result: TaskResult, latest: TaskError, limit: int = WORKER_LOSS_LIMIT) -> bool:
-    """Return whether `latest` and the attempts before it make `limit` in a row whose worker was lost."""
+def keeps_losing_its_worker(
+    result: TaskResult, latest: TaskError, losses: int | None = None, limit: int = WORKER_LOSS_LIMIT
+) -> bool:
+    """Return whether the task lost its worker `limit` times in a row, this loss (`latest`) included.
+
+    `losses` is the server's count of lost leases in a row in which the task may have run, this
+    one included; it decides when the lost lease recorded the run. Without it (the task was no
+    suspect, or its worker is of an older release), `latest` and the attempts before it must
+    all be WorkerLost.
+    """
+    if losses is not None:
+        return losses >= limit
     path = class_path(WorkerLost)
     recent = [*result.errors[-(limit - 1) :], latest] if limit > 1 else [latest]
     return len(recent) == limit and all(error.exception_class_path == path for error in recent)
+
+
+def runs_alone(result: ThreadmillTaskResult) -> bool:
+    """Return whether a leased task must run alone in its process: one more lost worker would fail it.
+
+    Then that loss is its own: nothing else runs beside it for the blame to fall on.
+    """
+    return result.worker_losses is not None and result.worker_losses >= WORKER_LOSS_LIMIT - 1

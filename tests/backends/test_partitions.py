@@ -309,6 +309,30 @@ def test_the_broker_recovers_the_leases_of_a_worker_with_no_heartbeat_in_every_p
     assert all(backend.get_result(r.id).lease_token == r.lease_token for r in fresh)
 
 
+def test_a_task_is_failed_at_its_third_lost_worker_in_every_partition_when_the_first_loss_looked_unstarted(where):
+    backend = backend_on(where, worker_timeout=2, socket_timeout=1)
+    broker = RedisBroker(backend, ["default"])
+    broker._reachable_since = float("-inf")
+    results = [enqueue(backend, echo, i) for i in range(6)]
+    assert {partition_of(r.id) for r in results} == {0, 1, 2}
+    raw = raw_for(where, 0)
+
+    for worker in ("h:1", "h:2", "h:3"):
+        for result in drain(backend, worker=worker):
+            if result.worker_losses is not None:
+                assert backend.record_progress(result, "started")
+        # The first loss looks unstarted: the heartbeat saw every task waiting in the buffer.
+        backend.heartbeat(worker, {"type": "worker", "buffered": [r.id for r in results]})
+        seconds, micros = raw.time()
+        raw.zadd("threadmill:{default}:workers", {worker: seconds + micros / 1e6 - 2.5})
+        assert broker.run_once() == (0, 6)
+
+    for result in results:
+        failed = backend.get_result(result.id)
+        assert failed.status == TaskResultStatus.FAILED
+        assert [e.exception_class_path for e in failed.errors] == ["threadmill.exceptions.WorkerLost"] * 2
+
+
 # -- the console's reads and actions -----------------------------------------------------
 
 

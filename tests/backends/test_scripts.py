@@ -36,8 +36,9 @@ def test_acquire_moves_ids_to_running_with_a_deadline_from_the_server_clock(scri
         scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)
     reply = scripts.acquire(["default"], 2, "w", 30, "base")
     now = int(reply[0])
-    assert [reply[2], reply[7]] == [b"id-0", b"id-1"]
-    assert [reply[5], reply[10]] == [b"base:1", b"base:2"]
+    assert [reply[2], reply[8]] == [b"id-0", b"id-1"]
+    assert [reply[5], reply[11]] == [b"base:1", b"base:2"]
+    assert [reply[7], reply[13]] == [None, None]  # neither is a suspect
     assert raw.zrange(Q + "ready", 0, -1) == [b"id-2"]
     assert now + 29 <= raw.zscore(Q + "running", "id-0") <= now + 31
     assert raw.hget(T + "id-0", "segment") == b"running"

@@ -18,6 +18,7 @@ from tests.output import LineReader
 from tests.worker.conftest import ROOT
 from threadmill.backends.base import Segment
 from threadmill.embedded import free_port
+from threadmill.outcome import WORKER_LOSS_LIMIT
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +86,39 @@ def test_kill_9_of_a_worker_process_runs_its_tasks_again_within_the_worker_timeo
     print(
         f"{len(held)} leases recovered in {recovered_in:.1f} s; {len(twice)} of {len(unacknowledged)} unacknowledged ran twice"
     )
+
+
+def test_a_task_that_kills_its_worker_process_is_failed_after_three_kills_and_no_innocent_task_is(
+    tally: Tally, fault_server, start_pool
+):
+    # Two threads busy with slower tasks keep the poison waiting in the buffer across a
+    # heartbeat (every 0.5 s at worker_timeout 2 s) before it runs: that heartbeat lists it
+    # as buffered, though it started, and innocent neighbours finish with their
+    # acknowledgement pending or run beside it when it kills the process.
+    tally.enqueue(4, sleep_ms=700)
+    poison = tally.backend.enqueue(tasks.kill_own_process, [], {}).id
+    tally.enqueue(12, sleep_ms=700)
+    pool = start_pool(fault_server, "-w", "1", "-t", "2", "--prefetch-count", "4")
+
+    def settled() -> bool:
+        segments = tally.segments()
+        return segments[Segment.SUCCESSFUL] + segments[Segment.FAILED] == len(tally.ids) + 1
+
+    wait_for(
+        lambda: pool.alive() and (tally.started()[poison] > WORKER_LOSS_LIMIT or settled()),
+        lambda: f"the poison is failed and every other task ran ({tally.summary()}, {tally.started()[poison]} kills)",
+        60,
+    )
+
+    assert tally.started()[poison] == WORKER_LOSS_LIMIT, f"the poison killed its worker {tally.started()[poison]} times"
+    failed = tally.backend.get_result(poison)
+    assert failed.status == TaskResultStatus.FAILED
+    # The first kill may have gone unrecorded (its heartbeat saw the poison buffered); the count was kept on the server.
+    assert set(_error_classes(failed)) == {"threadmill.exceptions.WorkerLost"}, _error_classes(failed)
+    assert f"{WORKER_LOSS_LIMIT} lost workers in a row" in failed.errors[-1].traceback
+    assert tally.never_ran() == [], tally.summary()
+    assert tally.statuses() == {TaskResultStatus.SUCCESSFUL: len(tally.ids)}, tally.summary()
+    assert len(pool.respawns()) == WORKER_LOSS_LIMIT, pool.respawns()
 
 
 def test_kill_9_of_the_supervisor_stops_its_worker_processes_and_a_new_pool_runs_every_task(

@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
+import redis
 
 from tests import tasks
+from tests.worker.conftest import wait_until
 from threadmill.backends.base import Segment
-from threadmill.backends.redis import RedisTaskBackend
+from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.outcome import WORKER_LOSS_LIMIT
 from threadmill.worker.config import WorkerConfig
 from threadmill.worker.process import Phase, WorkerProcess
 
@@ -124,3 +127,85 @@ def test_a_process_told_to_stop_fetching_while_it_waits_passes_the_wake_token_on
             process.stop()
             process.backend.wake_worker(process.name)
             assert process.finished.wait(10)
+
+
+# -- suspects: tasks that were in a lost worker's lease -----------------------------------
+
+
+@pytest.fixture
+def recovering(redis_url) -> RedisTaskBackend:
+    return RedisTaskBackend(
+        "default", {"REDIS_URL": redis_url, "OPTIONS": {"worker_timeout": 2, "socket_timeout": 1, "lease_ttl": 30}}
+    )
+
+
+def _lose_its_worker(backend: RedisTaskBackend, task_id: str, times: int) -> None:
+    """Lose the worker of the task (alone in its queue) `times` times, its run recorded as under way once a suspect."""
+    broker = RedisBroker(backend, ["default"])
+    broker._reachable_since = float("-inf")
+    raw = redis.Redis.from_url(backend.redis_url)
+    for attempt in range(times):
+        worker = f"h:lost{attempt}"
+        [leased] = backend.acquire("default", worker=worker)
+        if leased.worker_losses is not None:
+            backend.record_progress(leased, "started")
+        backend.heartbeat(worker, {"buffered": [task_id]})
+        seconds, micros = raw.time()
+        raw.zadd(backend.keys.workers(), {worker: seconds + micros / 1e6 - 3})
+        broker.run_once()
+    assert backend.get_result(task_id).segment is Segment.READY
+
+
+def test_a_suspect_records_its_start_and_finish_on_the_server(recovering):
+    suspect = recovering.enqueue(tasks.echo, ["suspect"], {})
+    _lose_its_worker(recovering, suspect.id, 1)
+    key = recovering.keys.task(suspect.id)
+    assert recovering.client.hget(key, "worker_losses") == b"1"
+
+    process = _run_until_drained(recovering, threads=2)
+
+    assert process.done == 1
+    assert recovering.get_result(suspect.id).status.name == "SUCCESSFUL"
+    progress, losses = recovering.client.hmget(key, "progress", "worker_losses")
+    assert progress.decode().endswith(" finished") and losses is None
+
+
+def test_a_suspect_whose_lease_was_taken_back_before_it_started_is_not_run(recovering):
+    raw = recovering.client
+    raw.hdel("test:runs", "suspect")
+    suspect = recovering.enqueue(tasks.counted, ["suspect"], {})
+    _lose_its_worker(recovering, suspect.id, 1)
+    slow = recovering.enqueue(tasks.sleep_for.using(priority=10), [0.5], {})
+
+    # The suspect waits in the buffer behind the slow task...
+    process = WorkerProcess(recovering, WorkerConfig(queues=("default",), threads=1, prefetch_count=2), "h:1")
+    process.start()
+    wait_until(lambda: raw.hget(recovering.keys.task(suspect.id), "segment") == b"running", "the suspect is leased")
+    # ... when the broker takes its lease back (as it would from a process it took for lost).
+    raw.hset(recovering.keys.task(suspect.id), "lease_token", "taken-over")
+    wait_until(lambda: process.done == 1 and not process.running, "the slow task is done")
+    process.stop()
+    assert process.finished.wait(10)
+
+    assert raw.hget("test:runs", "suspect") is None
+    assert recovering.get_result(slow.id).status.name == "SUCCESSFUL"
+    assert raw.hget(recovering.keys.task(suspect.id), "lease_token") == b"taken-over"
+
+
+def test_a_task_one_lost_worker_from_failing_runs_alone_in_its_process(recovering):
+    alone = recovering.enqueue(tasks.spell, ["alone", 0.3], {})
+    _lose_its_worker(recovering, alone.id, WORKER_LOSS_LIMIT - 1)
+    ahead = [recovering.enqueue(tasks.spell.using(priority=10), [f"ahead-{i}", 0.3], {}) for i in range(2)]
+    behind = [recovering.enqueue(tasks.spell.using(priority=-10), [f"behind-{i}", 0.3], {}) for i in range(2)]
+    recovering.client.delete("test:spells")
+
+    process = _run_until_drained(recovering, threads=3, prefetch_count=6)
+
+    assert process.done == 5
+    assert {recovering.get_result(r.id).status.name for r in [alone, *ahead, *behind]} == {"SUCCESSFUL"}
+    spells = {k.decode(): tuple(map(float, v.split())) for k, v in recovering.client.hgetall("test:spells").items()}
+    start, end = spells.pop("alone")
+    overlapping = [key for key, (s, e) in spells.items() if s < end and e > start]
+    assert overlapping == [], f"ran beside the task that runs alone: {overlapping}"
+    # The others did run side by side: three threads.
+    assert spells["ahead-0"][0] < spells["ahead-1"][1] and spells["ahead-1"][0] < spells["ahead-0"][1]

@@ -126,6 +126,9 @@ class ThreadmillTaskResult(TaskResult):
     lease_started_at: datetime | None = None
     lease_deadline: datetime | None = None
     segment: Segment | None = field(default=None)
+    #: Set by acquire for a suspect (a task that was in a lost worker's lease): the lost workers in a
+    #: row it may have caused. Its worker records the run's start and finish. None for any other task.
+    worker_losses: int | None = None
 
     def __post_init__(self) -> None:
         # Arguments read back from a stored document are JSON already; normalising them

@@ -7,8 +7,11 @@ of worker processes whose heartbeat is older than `worker_timeout` (or who have 
 the lease is that old: a worker's first heartbeat goes out as it starts): a task that never
 started goes back to ready as it was; one that was running goes back with the lost
 attempt recorded (`WorkerLost`), unless it lost its worker `WORKER_LOSS_LIMIT` times in a
-row. A claim gives the task a new fencing token, so two brokers never handle one task and
-a late acknowledgement by the original worker is refused.
+row. Every task of a lost lease becomes a suspect, whose next lease records its run's start
+and finish on the server, so a later loss is blamed exactly; a lease without that record is
+judged by the worker's last heartbeat, which may be one interval old. A claim gives the task
+a new fencing token, so two brokers never handle one task and a late acknowledgement by the
+original worker is refused.
 
 Recovery runs only once this broker has reached the server without a failure for
 `worker_timeout + socket_timeout`: after an outage every worker's heartbeat is stale, and
@@ -25,7 +28,14 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..outcome import keeps_losing_its_worker, lease_expired_error, mark_failed, retry_delay, worker_lost_error
+from ..outcome import (
+    WORKER_LOSS_LIMIT,
+    keeps_losing_its_worker,
+    lease_expired_error,
+    mark_failed,
+    retry_delay,
+    worker_lost_error,
+)
 from . import codec
 from .base import UNREADABLE_PAYLOAD_ERRORS, Segment
 
@@ -239,7 +249,7 @@ class RedisBroker:
                 heartbeats,
                 options.lease_ttl,
             )
-            rows = [reply[i : i + 7] for i in range(1, len(reply), 7)]
+            rows = [reply[i : i + 9] for i in range(1, len(reply), 9)]
             fates: Counter[tuple[str, str]] = Counter()
             for row in rows:
                 fates[row[2].decode(), self._recover_one(queue_name, buffered_by_worker, *row)] += 1
@@ -252,10 +262,26 @@ class RedisBroker:
                 return total
 
     def _recover_one(
-        self, queue_name: str, buffered_by_worker, task_id, data, worker, lease_started, started_at, token, age
+        self,
+        queue_name: str,
+        buffered_by_worker,
+        task_id,
+        data,
+        worker,
+        lease_started,
+        started_at,
+        token,
+        age,
+        progress,
+        losses,
     ) -> str:
-        """Settle one task claimed from a lost worker; return what became of it, for the log."""
-        task_id, worker, token = task_id.decode(), worker.decode(), token.decode()
+        """Settle one task claimed from a lost worker; return what became of it, for the log.
+
+        `progress` is what the lost lease recorded ("leased", "started", "finished"), or empty when
+        it recorded nothing (the task was no suspect, or its worker an older release): then the
+        worker's last heartbeat decides, and the recorded errors count the losses in a row.
+        """
+        task_id, worker, token, progress = task_id.decode(), worker.decode(), token.decode(), progress.decode()
         if not data:
             return "were already gone"
         try:
@@ -270,16 +296,17 @@ class RedisBroker:
         except UNREADABLE_PAYLOAD_ERRORS as e:
             self.backend.quarantine_unreadable(task_id, queue_name, Segment.RUNNING, e, token, "recover")
             return "were unreadable and quarantined"
-        if worker not in buffered_by_worker:
-            buffered_by_worker[worker] = self._buffered_on(worker)
-        if task_id in buffered_by_worker[worker]:
+        unblamed = self._unblamed(task_id, worker, progress, buffered_by_worker)
+        if unblamed:
             self.backend.release([result])
-            return "had not started and went back to ready"
-        error = worker_lost_error(
-            f"Worker {worker} sent no heartbeat for {float(age):.1f} s while this attempt ran; it was lost."
-        )
-        if keeps_losing_its_worker(result, error):
-            logger.error("Task %s lost its worker %d times in a row; marked failed.", task_id, result.attempts)
+            return unblamed
+        lost = f"Worker {worker} sent no heartbeat for {float(age):.1f} s while this attempt ran; it was lost."
+        error = worker_lost_error(lost)
+        in_a_row = int(losses) if progress else None
+        if keeps_losing_its_worker(result, error, in_a_row):
+            times = in_a_row or WORKER_LOSS_LIMIT
+            logger.error("Task %s lost its worker %d times in a row; marked failed.", task_id, times)
+            error = worker_lost_error(f"{lost} That is {times} lost workers in a row: it is likely what kills them.")
             mark_failed(result, error, datetime.now(UTC))
             self.backend.acknowledge(result)
             return "kept losing their worker and were marked failed"
@@ -287,11 +314,25 @@ class RedisBroker:
         self.backend.requeue(result)
         return "were running and went back to ready, the lost attempt recorded"
 
+    def _unblamed(
+        self, task_id: str, worker: str, progress: str, buffered_by_worker: dict[str, set[str]]
+    ) -> str | None:
+        """Return what becomes of a lost lease's task whose run was not under way, or None when it was."""
+        if progress == "finished":
+            return "had finished unacknowledged and went back to ready, unblamed"
+        if not progress:
+            if worker not in buffered_by_worker:
+                buffered_by_worker[worker] = self._buffered_on(worker)
+            progress = "leased" if task_id in buffered_by_worker[worker] else "started"
+        return "had not started and went back to ready" if progress == "leased" else None
+
     def _buffered_on(self, worker: str) -> set[str]:
         """Return the ids a worker's last heartbeat said were waiting in its buffer, not started.
 
-        Any other task it held is taken to have started: one leased after that heartbeat may
-        have, and counting an attempt too many is safer than missing one that crashed it.
+        Only for leases that recorded no progress. Any other task it held is taken to have
+        started: one leased after that heartbeat may have, and counting an attempt too many is
+        safer than missing one that crashed it. One listed may have started since, too: it
+        goes back unblamed, but as a suspect its next lease is recorded.
         """
         document = self.backend.worker_document(worker)
         buffered = None if document is None else document.get("buffered")

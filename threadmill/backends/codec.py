@@ -221,6 +221,7 @@ def decode(
     lease_started_at: datetime | None = None,
     lease_token: str = "",
     lease_deadline: datetime | None = None,
+    worker_losses: int | None = None,
 ) -> ThreadmillTaskResult:
     """Read a stored document as the task result of a task in `segment`, its lease applied.
 
@@ -258,6 +259,7 @@ def decode(
         lease_started_at=lease_started_at,
         lease_deadline=lease_deadline,
         segment=segment,
+        worker_losses=worker_losses,
     )
     if segment is Segment.SUCCESSFUL:
         object.__setattr__(result, "_return_value", doc.get("return_value"))

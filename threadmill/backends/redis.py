@@ -374,7 +374,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         else:
             for partition in self.empty_hints.order(partitions):
                 reply = self.scripts_for(partition).acquire(rotated, count, worker, self.config.lease_ttl, token_base)
-                leased = (len(reply) - 2) // 5
+                leased = (len(reply) - 2) // 6
                 self.empty_hints.came_back(partition, full=leased >= count)
                 if leased:
                     break
@@ -382,8 +382,9 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         lease_start = datetime.fromtimestamp(now, UTC)
         deadline = datetime.fromtimestamp(now + self.config.lease_ttl, UTC)
         results = []
-        for i in range(2, len(reply), 5):
+        for i in range(2, len(reply), 6):
             task_id, data, started_at, token = reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3].decode()
+            losses = reply[i + 5]
             try:
                 results.append(
                     codec.decode(
@@ -394,6 +395,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                         lease_started_at=lease_start,
                         lease_token=token,
                         lease_deadline=deadline,
+                        worker_losses=None if losses is None else int(losses),
                     )
                 )
             except UNREADABLE_PAYLOAD_ERRORS as e:
@@ -451,6 +453,14 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             self.task_scripts(group[0][0]).release(group)
             for group in by_partition(leases, lambda lease: lease[0]).values()
         )
+
+    def record_progress(self, result: ThreadmillTaskResult, stage: str) -> bool:
+        """Record on the server that a suspect's run has "started" or "finished" under its lease.
+
+        One round trip, made only for a suspect (`worker_losses` set), so a loss of this worker
+        is blamed exactly. False when the fence refused it: the lease was taken back.
+        """
+        return self.task_scripts(result.id).record_progress(result.id, result.lease_token, stage) == 1
 
     def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str]) -> int:
         """Hand back to ready the leases that acquire calls with these token bases took; return how many.

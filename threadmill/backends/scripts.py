@@ -151,6 +151,7 @@ class RedisScripts:
         self._claim_abandoned = register(_source("claim_abandoned"))
         self._release = register(_source("release"))
         self._release_unanswered = register(_source("release_unanswered"))
+        self._record_progress = register(_source("record_progress"))
         self._trim_finished = register(_source("trim_finished"))
         self._live_leases = register(_source("live_leases"))
         self._scan = register(_source("scan"))
@@ -562,6 +563,11 @@ class RedisScripts:
             keys += [k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, Segment.READY), k.wake(queue_name)]
             args += [task_id, token]
         return self._run(self._release, keys=keys, args=args)
+
+    @translate_errors
+    def record_progress(self, task_id: str, token: str, stage: str) -> int:
+        """Record that a suspect's run under lease `token` has "started" or "finished"; 0 when the fence refused it."""
+        return self._run(self._record_progress, keys=[self.keys.task(task_id)], args=[token, stage])
 
     @translate_errors
     def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str], scan_limit: int) -> int:

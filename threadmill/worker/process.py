@@ -5,15 +5,17 @@ is free it leases as many tasks as there are free slots, in one acquire. It ackn
 finished tasks in one acknowledge_many call, apart from fetching: once `ACK_BATCH` are waiting,
 `ACK_DELAY_S` after the first of them finished, or at once when the consumers have nothing
 left to run. **Consumers** take tasks in lease order and never touch the server, so a fast
-task costs a fraction of a round trip. A consumer never starts a task whose lease may have
-run out while it waited in the buffer (by this process's monotonic clock): that task is
-handed back instead. The heartbeat is sent by the telemetry thread, which reports each one the
-server stored. A process that saw no stored heartbeat for `HEARTBEAT_TRUST_SHARE` of
-`worker_timeout` (it was frozen, starved or cut off) may have had its leases recovered by the
-broker: it starts nothing buffered on trust and fetches nothing until a heartbeat is stored
-again, and hands everything it buffered before the gap back (fenced by lease token, so a task
-the broker already took is left alone). Only a task that was running at the freeze may run
-again; its late acknowledgement is refused.
+task costs a fraction of a round trip, except for a suspect (a task that was in a lost
+worker's lease): its consumer records the run's start and finish (`record_progress`), and one
+that would fail at its next lost worker runs alone (`runs_alone`), so that loss is its own.
+A consumer never starts a task whose lease may have run out while it waited in the buffer
+(by this process's monotonic clock): that task is handed back instead. The heartbeat is sent
+by the telemetry thread, which reports each one the server stored. A process that saw no
+stored heartbeat for `HEARTBEAT_TRUST_SHARE` of `worker_timeout` (it was frozen, starved or
+cut off) may have had its leases recovered by the broker: it starts nothing buffered on trust
+and fetches nothing until a heartbeat is stored again, and hands everything it buffered before
+the gap back (fenced by lease token, so a task the broker already took is left alone). Only a
+task that was running at the freeze may run again; its late acknowledgement is refused.
 
 The process moves through these phases (`Phase`); `_enter` is the only place that changes it:
 
@@ -63,7 +65,7 @@ from typing import TYPE_CHECKING
 
 from ..backends.base import ThreadmillTaskResult
 from ..exceptions import ServerUnreachable
-from ..outcome import error_of, mark_failed, record_abandoned
+from ..outcome import error_of, mark_failed, record_abandoned, runs_alone
 from .config import EXIT_FAILED, EXIT_RECYCLED, WorkerConfig
 from .executor import Executor, Outcome
 
@@ -173,6 +175,8 @@ class WorkerProcess:
         self._offline_since: float | None = None
         self._reconnect_pause = RECONNECT_PAUSE_S
         self._unanswered: list[str] = []
+        #: Lease token of the last task that ran alone; nothing starts while it is running.
+        self._alone = ""
         #: Set when an acquire found nothing and nothing is held: block on the wake lists next.
         self._idle = False
         #: Set while the turn after a wait has not fetched: a token it took is passed on if it will not.
@@ -489,20 +493,28 @@ class WorkerProcess:
                         self._finish(outcome)
                     outcome = result = None
                     while result is None:
-                        if not buffer:
+                        if not buffer or self._held_back():
                             if not self._wait_for_tasks():
                                 return
                             executor.idle = True
                         result = self._take_runnable(buffer.popleft())
                     self.running[result.lease_token] = result
+                    if runs_alone(result):
+                        self._alone = result.lease_token
                     # Edge-triggered: the fetcher re-checks before it waits, and a wake-up
                     # per task cost more CPU than the echo task itself.
                     if self._wake_at_refill and self.size - len(buffer) == self.refill_at:
                         self._has_work.notify()
+                if result.worker_losses is not None and not self._record_start(result):
+                    result = None
+                    continue
                 outcome = self._run(executor, result)
+                if result.worker_losses is not None:
+                    self._record_finish(result)
         finally:
             with lock:
                 self.consumers_alive -= 1
+                self._has_tasks.notify_all()  # It may have run alone.
                 if outcome is not None:
                     self._finish(outcome)
                 elif result is not None and self.running.pop(result.lease_token, None) is not None:
@@ -553,17 +565,46 @@ class WorkerProcess:
             self._has_work.notify()
 
     def _wait_for_tasks(self) -> bool:
-        """Wait, holding the lock, until a task is buffered; False once none will come."""
-        while not self.buffer:
-            if self.phase not in (Phase.FETCHING, Phase.QUIET):
+        """Wait, holding the lock, until a buffered task may start; False once none will come."""
+        while not self.buffer or self._held_back():
+            if not self.buffer and self.phase not in (Phase.FETCHING, Phase.QUIET):
                 return False
             self._has_work.notify()
             self._has_tasks.wait()
         return True
 
+    def _held_back(self) -> bool:
+        """Whether the next buffered task must wait (the lock held): one that runs alone, or any while one does."""
+        return bool(self.running) and (self._alone in self.running or runs_alone(self.buffer[0].result))
+
+    def _record_start(self, result: ThreadmillTaskResult) -> bool:
+        """Record a suspect's start on the server; False when it must not run (it is dropped or handed back)."""
+        try:
+            if self.backend.record_progress(result, "started"):
+                return True
+            logger.warning("Task %s was taken back before it started; it is not run here.", result.id)
+            unstarted = []
+        except Exception as e:  # noqa: BLE001 - unrecorded, the start could not be blamed exactly
+            logger.warning("Recording the start of task %s failed (%s); it is handed back, not run.", result.id, e)
+            unstarted = [result]
+        with self._lock:
+            self.running.pop(result.lease_token, None)
+            self.unstarted += unstarted
+            self._has_work.notify()
+            self._has_tasks.notify_all()
+        return False
+
+    def _record_finish(self, result: ThreadmillTaskResult) -> None:
+        try:
+            self.backend.record_progress(result, "finished")
+        except Exception as e:  # noqa: BLE001 - a lost worker then blames this run, as it would without a record
+            logger.warning("Recording the finish of task %s failed: %s", result.id, e)
+
     def _finish(self, outcome: Outcome) -> None:
         if self.running.pop(outcome.result.lease_token, None) is None:
             return  # handed back at the shutdown deadline; the process is exiting
+        if outcome.result.lease_token == self._alone:
+            self._has_tasks.notify_all()
         self.done += 1
         if not self.outcomes:
             self._outcomes_since = time.monotonic()

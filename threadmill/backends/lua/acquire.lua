@@ -14,7 +14,11 @@
 -- ARGV[6..5+n] (string) the queue names, in KEYS order
 -- The running segments are written once per queue a call (one ZADD of every lease), not once
 -- per task: each command a script runs costs the server bridging on top of its own work.
--- Returns: {server_seconds, server_microseconds, id1, data1, started_at1, token1, queue_index1, id2, ...}
+-- A suspect (a task that was in a lost worker's lease: its hash has `worker_losses`) is leased
+-- with `progress` "<token> leased": its worker records its start and finish (record_progress),
+-- so recovery blames a later loss exactly. Any other task costs one more HMGET field, nothing else.
+-- Returns: {server_seconds, server_microseconds, id1, data1, started_at1, token1, queue_index1,
+--           worker_losses1 (false unless a suspect), id2, ...}
 local n = tonumber(ARGV[1])
 local count = tonumber(ARGV[2])
 local worker = ARGV[3]
@@ -32,7 +36,7 @@ local running = {}  -- queue index -> {deadline, id, deadline, id, ...}
 
 local function lease(id, q)
   local key = prefix .. id
-  local fields = redis.call('HMGET', key, 'data', 'started_at')
+  local fields = redis.call('HMGET', key, 'data', 'started_at', 'worker_losses')
   if not fields[1] then
     return
   end
@@ -47,6 +51,9 @@ local function lease(id, q)
     redis.call('HSET', key, 'segment', 'running', 'lease_worker', worker, 'lease_started_at', now_text,
       'lease_token', token)
   end
+  if fields[3] then
+    redis.call('HSET', key, 'progress', token .. ' leased')
+  end
   local leases = running[q]
   if not leases then
     leases = {}
@@ -59,6 +66,7 @@ local function lease(id, q)
   out[#out + 1] = started
   out[#out + 1] = token
   out[#out + 1] = q
+  out[#out + 1] = fields[3]
 end
 
 -- unpack() puts every element on Lua's stack, which is bounded: long lists go in chunks.

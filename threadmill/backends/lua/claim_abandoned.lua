@@ -7,6 +7,10 @@
 -- broker cannot claim it too and a late acknowledgement from the lost worker is fenced out.
 -- Dead workers whose heartbeat is older than forget_after are dropped from the workers set:
 -- by then every lease they held has expired and belongs to the reaper.
+-- Every claimed task becomes a suspect: its `worker_losses` counts the lost leases in a row in
+-- which it may have run. A lease its worker recorded (`progress`, see record_progress) says
+-- exactly: "started" counts, "leased" (never started) leaves the count, "finished" (its
+-- acknowledgement lost) resets it. A lease without a record counts: its heartbeat may be stale.
 -- KEYS[1] (zset)   workers by last heartbeat, server epoch seconds (unread when ARGV[7] is given)
 -- KEYS[2] (zset)   running segment of one queue (score: lease deadline)
 -- KEYS[3] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
@@ -23,7 +27,8 @@
 --                  While no heartbeat is stale, only the leases whose deadline (start + lease_ttl)
 --                  says they are older than worker_timeout are looked at.
 -- Returns: {server_seconds, id1, data1 or false, lease_worker1, lease_started_at1, started_at1, token1,
---           heartbeat_age1, id2, ...}; a worker with no heartbeat has the lease's age as its heartbeat age
+--           heartbeat_age1, progress1 ("leased", "started", "finished", or "" without a record),
+--           worker_losses1, id2, ...}; a worker with no heartbeat has the lease's age as its heartbeat age
 -- include: silent
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
@@ -82,11 +87,23 @@ for _, id in ipairs(running) do
   local lease = redis.call('HMGET', key, 'lease_worker', 'lease_started_at')
   local age = dead_for(lease[1], lease[2])
   if age then
-    local fields = redis.call('HMGET', key, 'data', 'lease_worker', 'lease_started_at', 'started_at')
+    local fields = redis.call('HMGET', key, 'data', 'lease_worker', 'lease_started_at', 'started_at', 'lease_token',
+      'progress', 'worker_losses')
     claimed = claimed + 1
     local token = ARGV[6] .. ':' .. claimed
+    local stage, losses = '', 0
     if fields[1] then
-      redis.call('HSET', key, 'lease_token', token)
+      local own = (fields[5] or '') .. ' '
+      if fields[6] and string.sub(fields[6], 1, #own) == own then
+        stage = string.sub(fields[6], #own + 1)
+      end
+      losses = tonumber(fields[7] or '0')
+      if stage == 'finished' then
+        losses = 0
+      elseif stage ~= 'leased' then
+        losses = losses + 1
+      end
+      redis.call('HSET', key, 'lease_token', token, 'worker_losses', losses)
       redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), id)
     else
       redis.call('ZREM', KEYS[2], id)
@@ -98,6 +115,8 @@ for _, id in ipairs(running) do
     out[#out + 1] = fields[4] or ''
     out[#out + 1] = token
     out[#out + 1] = string.format('%.3f', age)
+    out[#out + 1] = stage
+    out[#out + 1] = losses
   end
 end
 return out
