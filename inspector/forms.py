@@ -46,6 +46,19 @@ class ForceForm(forms.Form):
         return self.cleaned_data["force"] == "yes"
 
 
+class SeenSegmentForm(forms.Form):
+    """The segment a task page showed its task in: a requeue leaves a task that has left it since."""
+
+    seen = forms.ChoiceField(
+        choices=[("", "unknown"), *((str(s), str(s)) for s in api.Segment)],
+        required=False,
+        error_messages={"invalid_choice": "The seen field names a segment (ready, deferred, running, ...) or is absent."},
+    )
+
+    def clean_seen(self) -> api.Segment | None:
+        return api.Segment(self.cleaned_data["seen"]) if self.cleaned_data["seen"] else None
+
+
 class SelectionForm(ForceForm):
     """What an action applies to: the selected task ids, or the whole (filtered) view, and whether it is forced."""
 

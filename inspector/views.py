@@ -194,10 +194,10 @@ def _audit_page(request):
 @console_view
 @change_required
 def requeue_task(request, backend: str, task_id: str):
-    force = _force(request.POST)
+    force, seen = _force(request.POST), _seen(request.POST)
     task = _task_or_404(backend, task_id)
-    done = api.requeue(backend, task_id, force=force)
-    segment = str(task.segment or "")
+    done = api.requeue(backend, task_id, force=force, seen=seen)
+    segment = str(seen or task.segment or "")
     audit.record(
         request, "requeue", backend, _queue_of(task), segment, "one task", len(done.moved), done.moved, forced=force
     )
@@ -221,6 +221,13 @@ def _say_task_requeued(request, task_id: str, segment: str, done: api.Requeued, 
 
 #: What a forced requeue risks, said after it.
 _FORCED = " Forced: a task still running on a live worker may run twice."
+
+
+def _seen(data) -> api.Segment | None:
+    form = forms.SeenSegmentForm(data)
+    if not form.is_valid():
+        raise BadRequest(forms.reason(form))
+    return form.cleaned_data["seen"]
 
 
 def _force(data) -> bool:

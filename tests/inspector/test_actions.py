@@ -203,3 +203,22 @@ def test_requeue_selected_ignores_the_ids_of_another_queue_s_tasks(operator_clie
     assert raw.zrange("threadmill:{default}:default:deferred", 0, -1) == [seeded["deferred"].encode()]
     assert raw.hget("threadmill:{default}:task:" + seeded["deferred"], "segment") == b"deferred"
     assert AuditEntry.objects.get().count == 0
+
+
+def test_a_task_page_s_requeue_leaves_a_task_that_left_the_segment_the_page_showed(operator_client, seeded, raw):
+    # The page showed the task as failed; an operator elsewhere requeued it and it succeeded since:
+    # a requeue posted from the stale page must not run it again.
+    task_id = seeded["successful"]
+    url = f"/threadmill/default/task/{task_id}/requeue/"
+    page = operator_client.get(f"/threadmill/default/task/{task_id}/").content.decode()
+    assert 'name="seen" value="successful"' in page
+
+    response = csrf_post(operator_client, url, {"seen": "failed"})
+
+    assert response.status_code == 302
+    assert raw.hget("threadmill:{default}:task:" + task_id, "segment") == b"successful"
+    assert "was not requeued: it is no longer failed" in operator_client.get(response.headers["Location"]).content.decode()
+    assert AuditEntry.objects.get().count == 0
+    assert csrf_post(operator_client, url, {"seen": "finished"}).status_code == 400
+    assert csrf_post(operator_client, url, {"seen": "successful"}).status_code == 302
+    assert raw.hget("threadmill:{default}:task:" + task_id, "segment") == b"ready"

@@ -216,7 +216,7 @@ class Operator(threading.Thread):
         if ahead:
             entry = self.rng.choice(ahead)
             now = time.time()
-            if api.requeue(self.ALIAS, entry.task_id).moved:
+            if api.requeue(self.ALIAS, entry.task_id, seen=api.Segment.DEFERRED).moved:
                 self.record.ran_now[entry.task_id] = now
 
     def finish(self, timeout: float) -> list[str]:

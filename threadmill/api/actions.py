@@ -51,16 +51,17 @@ def live_in_view(alias: str, queue_name: str, segment: Segment, where: Filter = 
     return live_in_selection(alias, queue_name, segment, ids)
 
 
-def requeue(alias: str, task_id: str, *, force: bool = False) -> Requeued:
+def requeue(alias: str, task_id: str, *, force: bool = False, seen: Segment | None = None) -> Requeued:
     """Requeue one task by id from the segment it is in, keeping its stored payload (it may be unreadable).
 
     A running task whose worker is alive and whose lease is current is skipped unless
-    `force`; a ready task, or one that moved meanwhile, is left alone. Raises
-    TaskResultDoesNotExist when there is no such task.
+    `force`; a ready task, or one that moved meanwhile, is left alone, and so is one no longer
+    in `seen`, the segment the caller last saw it in (a deferred task that ran since is not run
+    again). Raises TaskResultDoesNotExist when there is no such task.
     """
     found = task(alias, task_id)
     queue_name = found.queue_name if isinstance(found, UnreadableTask) else found.task.queue_name
-    if found.segment is None or found.segment is Segment.READY:
+    if found.segment is None or found.segment is Segment.READY or (seen is not None and found.segment is not seen):
         return Requeued([])
     return requeue_selected(alias, queue_name, found.segment, [task_id], force=force)
 
