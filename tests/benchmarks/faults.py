@@ -138,6 +138,8 @@ class Fault:
     exiting: int = 0
     #: Whether the pool runs in a PID namespace of its own, as in a container.
     namespaced: bool = False
+    #: Whether one task among the drain SIGKILLs its worker process each time it runs (a poison task).
+    poison: bool = False
 
 
 FAULTS = [
@@ -147,6 +149,7 @@ FAULTS = [
     Fault("kill -9 the pool's container (a fresh PID namespace) and start it again", restart_container, namespaced=True),
     Fault(f"freeze the worker process {FREEZE_S:g} s (SIGSTOP, 2x worker_timeout)", freeze_worker_process),
     Fault(f"{EXITING_TASKS} tasks call sys.exit() among the drain", nothing, exiting=EXITING_TASKS),
+    Fault("a poison task among the drain SIGKILLs its worker process each run", nothing, poison=True),
     Fault(f"SIGTERM to the pool while a {LONG_TASK_S} s task runs", sigterm_pool, long_task=True),
 ]
 
@@ -172,7 +175,7 @@ def pool_env(server_url: str, counter_url: str) -> dict[str, str]:
 
 
 def enqueue(server_url: str, tasks: int, fault: Fault) -> list[str]:
-    from tests.tasks import count_run, count_then_exit
+    from tests.tasks import count_run, count_then_exit, kill_own_process
     from threadmill.backends.redis import RedisTaskBackend
 
     backend = RedisTaskBackend("default", {"REDIS_URL": server_url, "QUEUES": QUEUES})
@@ -183,6 +186,9 @@ def enqueue(server_url: str, tasks: int, fault: Fault) -> list[str]:
     for i in range(tasks):
         exits = every and i % every == every // 2
         ids.append(backend.enqueue(count_then_exit if exits else count_run, [], {} if exits else {"sleep_ms": TASK_MS}).id)
+    if fault.poison:
+        # Behind a tenth of the drain: it waits in the buffer beside innocent tasks each time.
+        ids.insert(tasks // 10, backend.enqueue(kill_own_process, [], {}).id)
     backend.client.close()
     return ids
 
@@ -193,6 +199,11 @@ def successful(client: redis.Redis) -> int | None:
         return client.zcard(f"threadmill:{{default}}:default:{Segment.SUCCESSFUL}")
     except redis.RedisError:
         return None
+
+
+def tasks_before_poison(enqueued: int) -> int:
+    """Where the poison row put its poison task among `enqueued` ids (the drain's tasks plus it)."""
+    return (enqueued - 1) // 10
 
 
 def settled(client: redis.Redis) -> int | None:
@@ -264,14 +275,20 @@ def observe(drain: Drain, fault: Fault, counter: redis.Redis, ids: list[str]) ->
         failed = drain.client.zcard(f"threadmill:{{default}}:default:{Segment.FAILED}")
     except redis.RedisError:
         failed = None
-    # A task that calls sys.exit() never finishes: its one start is its run.
-    runs = {task_id: max(finished.get(task_id, 0), started.get(task_id, 0) if fault.exiting else 0) for task_id in ids}
+    # A task that calls sys.exit() never finishes: its one start is its run. The poison's starts are its kills.
+    poison = ids[tasks_before_poison(len(ids))] if fault.poison else None
+    runs = {
+        task_id: max(finished.get(task_id, 0), started.get(task_id, 0) if fault.exiting else 0)
+        for task_id in ids
+        if task_id != poison
+    }
     return {
         "fault": fault.name,
         "measures_exit": fault.long_task,
         "enqueued": len(ids),
         "not_run": len(ids) - done,
-        "run_twice": sum(1 for task_id in ids if runs[task_id] > 1),
+        "run_twice": sum(1 for n in runs.values() if n > 1),
+        "poison_kills": started.get(poison, 0) if poison else None,
         "failed": failed,
         "all_ran_after_s": None if all_ran_s is None else round(all_ran_s, 2),
         "pool_exited_after_s": None if exited_s is None else round(exited_s, 2),
@@ -333,9 +350,10 @@ def print_faults(figures: dict[str, Any]) -> None:
         if respawns and not sigterm:
             not_run += f" (worker respawned {respawns} time{'s' if respawns > 1 else ''})"
         failed = _worst([r["failed"] for r in runs])
+        kills = [r.get("poison_kills") for r in runs if r.get("poison_kills") is not None]
         print(
             f"| {name} | {runs[0]['enqueued']:,} | {not_run} | {max(r['run_twice'] for r in runs)} "
-            f"| {'?' if failed is None else failed} "
+            f"| {'?' if failed is None else failed}{f' (the poison, after {max(kills)} kills)' if kills else ''} "
             f"| {'-' if sigterm else 'not within 60 s' if ran is None else f'{ran:.1f} s'} "
             f"| {('still running 60 s later' if exited is None else f'{exited:.1f} s') if sigterm else '-'} |"
         )
