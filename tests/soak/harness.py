@@ -14,11 +14,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
 
+from tests.faults.conftest import FaultServer
 from tests.faults.proxy import Proxy
 from threadmill.embedded import EmbeddedValkey, free_port
 
@@ -45,44 +45,16 @@ def worker_timeout_s() -> float:
     return float(SOAK_TIMEOUTS["THREADMILL_TEST_WORKER_TIMEOUT"])
 
 
-class ServerUnderTest:
+class ServerUnderTest(FaultServer):
     """The Valkey the faults break, on one port for good, persisting every write before it answers."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.valkey = EmbeddedValkey(data_dir, free_port(), appendfsync="always", persist=True)
+        super().__init__(data_dir, appendfsync="always")
         self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return self.valkey.url
 
     @property
     def port(self) -> int:
         return self.valkey.port
-
-    def start(self) -> ServerUnderTest:
-        self.valkey.start()
-        return self
-
-    def stop(self) -> None:
-        self.valkey.stop()
-
-    def restart(self) -> None:
-        """Stop cleanly (SIGTERM) and start again."""
-        self.valkey.stop()
-        self.valkey.start()
-
-    def kill9_and_restart(self) -> None:
-        """Kill as a crash would, then start again on the same data."""
-        self.valkey.process.kill()
-        self.valkey.process.wait()
-        self.valkey.stop()  # Only releases the data directory's lock.
-        self.valkey.start()
-
-    def down_for(self, seconds: float) -> None:
-        self.valkey.stop()
-        time.sleep(seconds)  # The outage itself.
-        self.valkey.start()
 
     def ensure_up(self) -> None:
         if self.valkey.process is None or self.valkey.process.poll() is not None:
