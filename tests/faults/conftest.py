@@ -164,7 +164,10 @@ class Pool(Worker):
         self.seen: dict[int, float] = {}
 
     def children(self) -> list[int]:
-        pids = super().children()
+        return self.remember(super().children())
+
+    def remember(self, pids: list[int]) -> list[int]:
+        """Note each worker process in `pids` (for the clean-up) and return them."""
         for pid in pids:
             try:
                 self.seen.setdefault(pid, psutil.Process(pid).create_time())

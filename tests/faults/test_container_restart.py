@@ -44,15 +44,9 @@ class NamespacedPool(Pool):
     def children(self) -> list[int]:
         init = self.init()
         try:
-            pids = [child.pid for child in init.children()] if init else []
+            return self.remember([child.pid for child in init.children()] if init else [])
         except psutil.NoSuchProcess:
             return []
-        for pid in pids:
-            try:
-                self.seen.setdefault(pid, psutil.Process(pid).create_time())
-            except psutil.NoSuchProcess:
-                pass
-        return pids
 
     def kill_namespace(self) -> None:
         """SIGKILL the namespace's pid 1: the kernel kills every process in it, as `docker kill` does."""
