@@ -2,11 +2,17 @@
 
 A redis.asyncio connection belongs to the event loop that opened it, so there is one client
 per running loop, held weakly: a loop that is gone takes its client with it.
+
+Its pool replaces a connection the server closed (a restart, CLIENT KILL) when it hands it
+out, by the check redis-py's pools make. redis-py 8.1 skips that check while maintenance
+notifications are on, and turns them on by default under RESP3, so the first call after
+every restart failed; Threadmill uses none of them, so they are off here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -14,6 +20,11 @@ from typing import Any
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+
+try:
+    from redis.maint_notifications import MaintNotificationsConfig
+except ImportError:  # redis-py before 6.4 has no maintenance notifications
+    MaintNotificationsConfig = None
 
 from .scripts import LuaScript, translated_errors
 
@@ -40,6 +51,7 @@ class AsyncClients:
                 decode_responses=False,
                 socket_timeout=self.socket_timeout,
                 socket_connect_timeout=self.socket_timeout,
+                **_without_maintenance_notifications(factory),
             )
         return client
 
@@ -67,3 +79,10 @@ class AsyncClients:
             pipe.get(result_key)
             task_fields, stored_result = await pipe.execute()
         return task_fields, stored_result
+
+
+def _without_maintenance_notifications(factory: type) -> dict[str, Any]:
+    """Return the client option that turns maintenance notifications off, where this redis-py has them."""
+    if MaintNotificationsConfig is None or "maint_notifications_config" not in inspect.signature(factory).parameters:
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}

@@ -5,11 +5,12 @@ slot of its first key is the slot of all of them. `ClusterScripts` keeps the sin
 path's shape (one raw connection per thread, no redis-py command layer) with one connection
 per thread and node, found through the cluster client's slot map.
 
-A redirection (MOVED, ASK) or a command that could not be sent (the node is gone) refreshes
-the slot map and is tried once more, which is what carries a call across a failover. A
-command that was sent but whose reply was lost is never resent: it may have run, and
-running a script twice is not safe (an acquire would lease twice). The caller sees
-`ServerUnreachable` then, as on a single server, and rides it out.
+A connection the node closed (a restart, CLIENT KILL) is found by a poll before it is reused
+and made anew, as on a single server. A redirection (MOVED, ASK) or a command that could not
+be sent (the node is gone) refreshes the slot map and is tried once more, which is what
+carries a call across a failover. A command that was sent but whose reply was lost is never
+resent: it may have run, and running a script twice is not safe (an acquire would lease
+twice). The caller sees `ServerUnreachable` then, as on a single server, and rides it out.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from .keys import KeySchema
-from .scripts import LuaScript, RedisScripts, translate_errors
+from .scripts import LuaScript, RedisScripts, reusable, translate_errors
 
 logger = logging.getLogger("threadmill.backend")
 
@@ -80,6 +81,7 @@ class ClusterScripts(RedisScripts):
         for attempt in (1, 2):
             connection = self._connection_for(key)
             try:
+                reusable(connection)
                 connection.send_command(*command)
             except (redis.ConnectionError, redis.TimeoutError) as e:
                 # Not sent, so not run: safe to send again once the map is fresh.
@@ -115,6 +117,7 @@ class ClusterScripts(RedisScripts):
             raise error
         connection = self._node_connection(node)
         try:
+            reusable(connection)
             connection.send_command("ASKING")
             connection.read_response()
             connection.send_command(*command)
@@ -141,7 +144,7 @@ class ClusterScripts(RedisScripts):
         connection = self._connection_for(keys[0])
         checked = self._local.aof_checked
         if id(connection) not in checked:
-            self._wait_for_append_only_file(connection, wait_ms)
+            self._wait_for_append_only_file(reusable(connection), wait_ms)
             checked.add(id(connection))
         reply, connection = self._run_on_owner(script, keys, args)
         return reply, self._wait_for_append_only_file(connection, wait_ms)
