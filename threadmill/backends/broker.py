@@ -15,7 +15,12 @@ original worker is refused.
 
 Recovery runs only once this broker has reached the server without a failure for
 `worker_timeout + socket_timeout`: after an outage every worker's heartbeat is stale, and
-live workers need that long to send their next one.
+live workers need that long to send their next one. With several partitions that server is
+partition 0's, which holds the heartbeats: another partition's outage leaves them fresh.
+
+With several partitions on a cluster, a pass that cannot reach one partition's primary skips
+the partitions on that node for the rest of the pass and serves the others; it raises the
+first error at its end, so the caller still sees the outage (`failed_partitions` says which).
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..exceptions import ServerUnreachable
 from ..outcome import (
     WORKER_LOSS_LIMIT,
     keeps_losing_its_worker,
@@ -52,6 +59,50 @@ RECOVERY_SCAN_LIMIT = 10_000
 TRIM_BATCH_SIZE = 1000
 
 
+class PassFailures:
+    """The servers one broker pass could not reach, each with its first error.
+
+    A duty that fails marks its partition's server failed: the pass skips that server's other
+    partitions (each call there would wait out `socket_timeout` again) and serves the rest.
+    """
+
+    def __init__(self, backend: RedisTaskBackend) -> None:
+        self.backend = backend
+        self._errors: dict[str, Exception] = {}
+
+    def attempt(self, partition: int, duty: Callable[..., Any], *args: Any) -> Any:
+        """Return `duty(*args)`, or None when it fails or its partition's server already failed this pass."""
+        server = self._server(partition)
+        if server in self._errors:
+            return None
+        try:
+            return duty(*args)
+        except Exception as e:  # noqa: BLE001 - raised by raise_first once the other partitions are served
+            self._errors[server] = e
+            return None
+
+    def reached(self, partition: int) -> bool:
+        """Whether every call of this pass to the partition's server succeeded."""
+        return self._server(partition) not in self._errors
+
+    def raise_first(self, partitions: range) -> None:
+        """Raise the first error of the pass, if any; an outage that cost only some of `partitions` names them."""
+        for error in self._errors.values():
+            skipped = [p for p in partitions if not self.reached(p)]
+            if isinstance(error, ServerUnreachable) and len(skipped) < len(partitions):
+                raise ServerUnreachable(
+                    f"{error}; the pass skipped partition(s) {', '.join(map(str, skipped))} of {len(partitions)} "
+                    "and served the others."
+                ) from error
+            raise error
+
+    def _server(self, partition: int) -> str:
+        try:
+            return self.backend.scripts_for(partition).server_name()
+        except Exception:  # noqa: BLE001 - no node owns the partition's slot now (a failover): its own
+            return f"partition {partition}"
+
+
 class RedisBroker:
     """Runs the mover and the reaper for some queues of one backend."""
 
@@ -62,8 +113,10 @@ class RedisBroker:
         self.next_due_at: float | None = None
         #: Each schedule's latest tick this broker has handed to the enqueue guard, epoch seconds.
         self._ticks_seen: dict[str, float] = {}
-        #: Monotonic time since which every pass reached the server; None after a failure.
+        #: Monotonic time since which every pass reached partition 0 (the heartbeats); None after a failure.
         self._reachable_since: float | None = None
+        #: The partitions the last pass (or mover run) could not serve.
+        self.failed_partitions: set[int] = set()
 
     def queues(self) -> list[str]:
         return self.queue_names or self.backend.queue_names()
@@ -82,28 +135,44 @@ class RedisBroker:
             stop.wait(max(0.0, wake_at - time.monotonic()))
 
     def run_once(self) -> tuple[int, int]:
-        """Run one mover, reaper and recovery pass over every queue; return (promoted, reaped and recovered)."""
-        promoted = reaped = 0
+        """Run one mover, schedules, reaper and recovery pass over every queue; return (promoted, reaped and recovered).
+
+        Raises the first error of the pass once every partition it can reach is served.
+        """
         recovering = self._trusts_heartbeats(time.monotonic())
-        try:
-            promoted = self.move_all()
-            self.run_schedules()
-            heartbeats = self.backend.heartbeat_ages() if recovering and self._partitioned() else None
-            for queue_name in self.queues():
-                for partition in self.backend.covered_partitions():
-                    scripts = self.backend.scripts_for(partition)
-                    scripts.sample_latency(queue_name)
-                    reaped += self.reap(queue_name, partition)
-                    if recovering:
-                        reaped += self.recover(queue_name, partition, heartbeats if partition else None)
-                    self.trim(queue_name, partition)
-        except Exception:
+        failures = PassFailures(self.backend)
+        partitions = self._partitions(failures)
+        queue_names = failures.attempt(0, self.queues) or []
+        promoted = self._move_all(queue_names, partitions, failures)
+        failures.attempt(0, self.run_schedules)
+        heartbeats = None
+        if recovering and len(partitions) > 1:
+            heartbeats = failures.attempt(0, self.backend.heartbeat_ages)
+        reaped = 0
+        for queue_name in queue_names:
+            for partition in partitions:
+                # Recovery needs this pass's view of the heartbeats, on partition 0.
+                recover = recovering and failures.reached(0)
+                reaped += failures.attempt(partition, self._serve, queue_name, partition, recover, heartbeats) or 0
+        if not failures.reached(0):
             self._reachable_since = None
-            raise
+        self.failed_partitions = {p for p in partitions if not failures.reached(p)}
+        failures.raise_first(partitions)
         return promoted, reaped
 
-    def _partitioned(self) -> bool:
-        return len(self.backend.covered_partitions()) > 1
+    def _serve(self, queue_name: str, partition: int, recover: bool, heartbeats: dict[str, float] | None) -> int:
+        """Sample latency, reap, recover and trim one queue in one partition; return how many were reaped."""
+        self.backend.scripts_for(partition).sample_latency(queue_name)
+        reaped = self.reap(queue_name, partition)
+        if recover:
+            reaped += self.recover(queue_name, partition, heartbeats if partition else None)
+        self.trim(queue_name, partition)
+        return reaped
+
+    def _partitions(self, failures: PassFailures) -> range:
+        """The covered partitions; the count last read when partition 0, which records it, cannot be reached."""
+        covered = failures.attempt(0, self.backend.covered_partitions)
+        return self.backend.known_partitions() if covered is None else covered
 
     def _trusts_heartbeats(self, now: float) -> bool:
         if self._reachable_since is None:
@@ -131,15 +200,26 @@ class RedisBroker:
         return enqueued
 
     def move_all(self) -> int:
-        """Run the mover over every queue and note when the next deferred task falls due; return how many moved."""
+        """Run the mover over every queue and note when the next deferred task falls due; return how many moved.
+
+        Raises the first error once every partition it can reach is served.
+        """
+        failures = PassFailures(self.backend)
+        partitions = self._partitions(failures)
+        moved = self._move_all(failures.attempt(0, self.queues) or [], partitions, failures)
+        self.failed_partitions = {p for p in partitions if not failures.reached(p)}
+        failures.raise_first(partitions)
+        return moved
+
+    def _move_all(self, queue_names: list[str], partitions: range, failures: PassFailures) -> int:
         total, next_due_in = 0, None
-        self.next_due_at = None  # A failed pass leaves it unset: the next full pass tries again.
-        for queue_name in self.queues():
-            for partition in self.backend.covered_partitions():
-                moved, due_in = self._move(queue_name, partition)
+        for queue_name in queue_names:
+            for partition in partitions:
+                moved, due_in = failures.attempt(partition, self._move, queue_name, partition) or (0, None)
                 total += moved
                 if due_in is not None and (next_due_in is None or due_in < next_due_in):
                     next_due_in = due_in
+        # A partition that failed says nothing of its next due task: the next full pass tries it again.
         self.next_due_at = None if next_due_in is None else time.monotonic() + next_due_in
         return total
 

@@ -54,6 +54,10 @@ class ClusterScripts(RedisScripts):
         """Return this thread's connection to the primary owning `key`'s slot, as the slot map names it now."""
         return self._connection_for(key)
 
+    def server_name(self) -> str:
+        """Name the primary owning these scripts' slot (`host:port`), as the slot map says now."""
+        return self.client.nodes_manager.get_node_from_slot(key_slot(self.keys.prefix.encode())).name
+
     def _connection_for(self, key: str):
         node = self.client.nodes_manager.get_node_from_slot(key_slot(key.encode()))
         return self._node_connection(node)

@@ -161,6 +161,10 @@ class PartitionRouting:
             self._partitions_seen = translate_errors(layout.record_partitions)(
                 self.client, self.keys.partitions_seen(), 1
             )
+        return self.known_partitions()
+
+    def known_partitions(self) -> range:
+        """Return `covered_partitions` as last read, without reading (for a caller that goes on without partition 0)."""
         return range(max(self.partition_count, self._partitions_seen))
 
     def record_partitions(self) -> int:

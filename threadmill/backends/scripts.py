@@ -188,6 +188,10 @@ class RedisScripts:
         """Return this thread's connection that a script over `key` runs on (a follow-up such as WAIT goes there too)."""
         return self._connection()
 
+    def server_name(self) -> str:
+        """Name the server these scripts' keys live on: calls that share it fail together."""
+        return ""
+
     def _connection(self):
         local = self._local
         if getattr(local, "pid", None) != os.getpid():

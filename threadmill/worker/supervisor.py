@@ -119,8 +119,12 @@ class Supervisor:
         self._collect()
 
     def _full_pass(self) -> None:
-        self.broker.run_once()
-        self._obey_operators()
+        try:
+            self.broker.run_once()
+        finally:
+            # The commands wait on partition 0: another partition's server being down must not hold them up.
+            if 0 not in self.broker.failed_partitions:
+                self._obey_operators()
 
     def _obey_operators(self) -> None:
         """Carry out the quiet and stop commands operators left in Redis for this pool's processes."""
