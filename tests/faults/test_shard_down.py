@@ -103,6 +103,29 @@ def test_a_broker_pass_serves_every_partition_but_the_one_on_a_frozen_primary(cl
     assert segments(backend, leased, [FROZEN]) == [Segment.FAILED]
 
 
+def test_recovery_takes_back_a_dead_workers_leases_on_every_partition_but_the_one_on_a_frozen_primary(cluster):
+    backend = RedisTaskBackend(
+        "default",
+        cluster.params(QUEUES=["default"], OPTIONS={"partitions": 3, "worker_timeout": 2, "socket_timeout": 0.5}),
+    )
+    broker = RedisBroker(backend, ["default"])
+    broker._reachable_since = float("-inf")  # it has reached partition 0 long enough to trust the heartbeats
+    leased = one_per_partition(backend)
+    while backend.acquire("default", count=3, worker="h:dead"):
+        pass
+    backend.heartbeat("h:dead", {"type": "worker"})
+    seconds, micros = backend.client_for(backend.keys.workers()).time()
+    backend.client.zadd(backend.keys.workers(), {"h:dead": seconds + micros / 1e6 - 3})  # silent for 3 s
+
+    with frozen(cluster, FROZEN):
+        with pytest.raises(ServerUnreachable):
+            broker.run_once()
+        live = [p for p in range(3) if p != FROZEN]
+        assert segments(backend, leased, live) == [Segment.READY] * 2
+    assert broker.run_once() == (0, 1)
+    assert segments(backend, leased, [FROZEN]) == [Segment.READY]
+
+
 def test_an_operators_command_is_carried_out_while_another_partitions_primary_is_frozen(cluster, start_pool):
     backend = RedisTaskBackend("default", cluster.params(QUEUES=["default"], OPTIONS={"partitions": 3}))
     pool = start_pool(cluster, "-w", "1", THREADMILL_TEST_CLUSTER="1", THREADMILL_TEST_PARTITIONS="3")
