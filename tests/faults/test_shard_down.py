@@ -97,7 +97,8 @@ def test_a_broker_pass_serves_every_partition_but_the_one_on_a_frozen_primary(cl
     # One wait on the frozen primary, not one a partition and duty.
     assert took < 4 * SOCKET_TIMEOUT_S + 1
 
-    assert broker.run_once()[0] == 1
+    # Thawed, the primary may run the promote it was sent while frozen before the next pass does.
+    broker.run_once()
     assert broker.failed_partitions == set()
     assert segments(backend, deferred, [FROZEN]) == [Segment.READY]
     assert segments(backend, leased, [FROZEN]) == [Segment.FAILED]
