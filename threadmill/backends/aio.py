@@ -63,6 +63,12 @@ class AsyncClients:
         """
         client = self.client()
         with translated_errors():
+            if self.cluster:
+                # Awaited by each call (a no-op once the slot map is read): redis-py 8.1's cluster
+                # client, first used by many coroutines at once, sent a third of them to the wrong
+                # node, and the reinitialisation those MOVED replies caused closed connections
+                # under other calls (a raw TypeError from the transport).
+                await client.initialize()
             try:
                 return await client.evalsha(script.sha, len(keys), *keys, *args)
             except redis.exceptions.NoScriptError:
