@@ -85,7 +85,9 @@ def requeue_orphaned(request, backend: str, queue: str):
     audit.record(request, Action.REQUEUE, backend, queue, "running", "orphaned", len(done.moved), done.moved)
     text = f"Requeued {_tasks(len(done.moved))} whose worker is gone or whose lease is overdue"
     if done.skipped:
-        messages.warning(request, f"{text}; {len(done.skipped)} came back to life meanwhile and stayed.")
+        text = f"{text}; {len(done.skipped)} came back to life meanwhile and stayed"
+    if done.skipped or done.held_back:
+        messages.warning(request, f"{text}. {done.notice}".strip())
     else:
         messages.success(request, text + ".")
     return redirect("inspector:task_list", backend, queue, api.Segment.RUNNING)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,3 +87,17 @@ def partition(settings, where=None, partitions: int = 3):
     server = {"REDIS_URL": where.url, "CLUSTER": where.cluster} if where else {}
     settings.TASKS = {"default": {**alias, **server, "OPTIONS": options}}
     return task_backends["default"]
+
+
+def wait_until_settled(backend) -> None:
+    """Wait until the server holding `backend`'s heartbeats has been up `heartbeat_settle` seconds.
+
+    Until then no worker with a heartbeat counts as gone, however old it is: a young server's
+    heartbeats may be ones it restored from before a restart. A test that fakes a gone worker's
+    old heartbeat waits first; once a session's server is that old, it never waits again.
+    """
+    settle_s = backend.config.heartbeat_settle
+    deadline = time.monotonic() + settle_s + 5
+    while (left := backend.heartbeat_reading().settles_in(settle_s)) > 0:
+        assert time.monotonic() < deadline, f"the server is not up {settle_s:g} s after waiting that long"
+        time.sleep(min(left, 0.2))

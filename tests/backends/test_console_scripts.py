@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.backends.conftest import enqueue
+from tests.servers import wait_until_settled
 from tests.tasks import add, echo, explode
 from threadmill.api.controls import LeaseCheck
 from threadmill.backends.base import Segment, UnreadableTask
@@ -19,6 +21,8 @@ WORKERS = "threadmill:{default}:workers"
 
 def beat(backend, worker: str, age_s: float = 0.0) -> None:
     """Record a heartbeat of `worker` `age_s` seconds ago on the server's clock."""
+    if age_s > backend.config.worker_timeout:
+        wait_until_settled(backend)
     seconds, micros = backend.client.time()
     backend.client.zadd(backend.keys.workers(), {worker: seconds + micros / 1e6 - age_s})
 
@@ -174,6 +178,16 @@ def test_a_worker_with_no_heartbeat_is_silent_once_its_lease_is_worker_timeout_o
     assert _gone_by_the_console_check(backend) == [old]
     assert backend.requeue_many("default", segment="running", task_ids=[old, fresh]) == [old]
     assert raw.zrange(RUNNING, 0, -1) == [fresh.encode()]
+
+
+def test_the_console_check_takes_no_worker_with_a_heartbeat_for_gone_while_the_server_settles():
+    now = 1_000_000.0
+    check = LeaseCheck(now, {"old:1:a": now - 60}, 15, uptime_s=3, settle_s=20)
+    assert not check.worker_gone("old:1:a") and check.held_back("old:1:a") and check.settles_in_s == 17
+    # No heartbeat at all: judged by the lease's age, as before (a restart restores a live worker's heartbeat).
+    assert check.worker_gone("lost:1:a", datetime.fromtimestamp(now - 60, UTC)) and not check.held_back("lost:1:a")
+    up = replace(check, uptime_s=20)
+    assert up.worker_gone("old:1:a") and not up.held_back("old:1:a") and up.settles_in_s == 0
 
 
 def _gone_by_the_console_check(backend) -> list[str]:

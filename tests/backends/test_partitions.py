@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus
 
 from tests.backends.conftest import enqueue, finish
+from tests.servers import wait_until_settled
 from tests.tasks import echo
 from threadmill.backends.base import Segment
 from threadmill.backends.keys import KeySchema, partition_tag
@@ -423,6 +424,7 @@ def test_running_tasks_of_a_live_worker_stay_and_a_silent_workers_move_in_every_
     assert sorted(backend.live_leases("default", ids)) == sorted(ids)
     assert backend.requeue_many("default", segment="running", task_ids=ids) == []
     raw = raw_for(where, 0)
+    wait_until_settled(backend)
     seconds, micros = raw.time()
     raw.zadd("threadmill:{default}:workers", {"h:live": seconds + micros / 1e6 - 10})  # now silent
     assert backend.live_leases("default", ids) == []

@@ -258,6 +258,24 @@ def test_live_leases_keeps_tasks_with_a_future_deadline_and_a_fresh_heartbeat_or
     assert scripts.live_leases("default", ids, 15) == ["unknown"]
 
 
+def test_no_old_heartbeat_is_silent_until_the_server_has_been_up_the_settle_time(scripts, raw):
+    ids = ["stale", "unknown-old"]
+    for i, worker in enumerate(ids):
+        scripts.enqueue(worker, "{}", "default", Segment.READY, str(i), str(i), 1)
+        scripts.acquire(["default"], 1, worker, 30, worker)
+    now = int(raw.time()[0])
+    raw.zadd("threadmill:{default}:workers", {"stale": now - 20})
+    raw.hset(T + "unknown-old", "lease_started_at", str(now - 20))
+    # Up fewer seconds than that: the old heartbeat may be one restored from before a restart.
+    # A worker with no heartbeat at all is judged by its lease as before (a restart restores both).
+    uptime = int(raw.info("server")["uptime_in_seconds"])
+    assert scripts.live_leases("default", ids, 15, settle_s=uptime + 60) == ["stale"]
+    assert scripts.live_leases("default", ids, 15, settle_s=uptime) == []
+    entry = [("stale", "stale:1", "")]
+    assert scripts.requeue_many("default", Segment.RUNNING, entry, [], False, 15, None, uptime + 60) == ([], [])
+    assert scripts.requeue_many("default", Segment.RUNNING, entry, [], False, 15, None, uptime) == (["stale"], [])
+
+
 @pytest.mark.parametrize("newest_first", [False, True])
 def test_scan_walks_a_segment_by_cursor_through_ties_and_removals(scripts, raw, newest_first):
     raw.zadd(Q + "failed", {f"tie-{i:02d}": 5.0 for i in range(10)} | {"a-low": 1.0, "z-high": 9.0, "m": 5.5})

@@ -6,6 +6,7 @@ from django.tasks import task_backends
 
 from tests import tasks
 from tests.cli.test_status import threadmill
+from tests.servers import wait_until_settled
 from tests.worker.conftest import wait_until
 
 
@@ -71,6 +72,7 @@ def test_requeue_orphaned_takes_back_a_dead_workers_task_and_leaves_a_live_one()
     orphan, live = tasks.echo.enqueue(1), tasks.echo.enqueue(2)
     backend.acquire("default", worker="host:1")
     backend.acquire("default", worker="host:2")
+    wait_until_settled(backend)
     seconds, micros = backend.client.time()
     backend.client.zadd(backend.keys.workers(), {"host:1": seconds - 3600, "host:2": seconds + micros / 1e6})
 

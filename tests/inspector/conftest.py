@@ -8,6 +8,8 @@ import pytest
 import redis
 from django.test import Client
 
+from tests.servers import wait_until_settled
+
 # Nothing here imports tests.tasks at module level: pytest loads this conftest before the
 # session's server exists, and declaring a task would build the backend with no URL yet.
 
@@ -88,6 +90,7 @@ def heartbeat(backend, worker: str, *, age_s: float = 0.0) -> None:
 
 def dead(backend, worker: str) -> None:
     """Record a heartbeat for `worker` older than the backend's `worker_timeout`: the worker is known dead."""
+    wait_until_settled(backend)
     heartbeat(backend, worker, age_s=backend.config.worker_timeout + 60)
 
 

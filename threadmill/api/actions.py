@@ -8,6 +8,7 @@ is skipped, inside the backend's script, because requeueing it would run it twic
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,10 +21,32 @@ LIVE_LEASE_CHECK_LIMIT = 1000
 
 @dataclass(frozen=True, slots=True)
 class Requeued:
-    """What a requeue did: the ids it moved, and the running ids it skipped because their workers are alive."""
+    """What a requeue did: the ids it moved, and the running ids it skipped because their workers are alive.
+
+    "Requeue all orphaned" also lists the running tasks it `held_back`: their worker's heartbeat
+    is old, but the server restarted `restarted_s_ago` seconds ago and live workers are still
+    reporting, so none of them counts as gone for `retry_in_s` more seconds.
+    """
 
     moved: list[str]
     skipped: list[str] = field(default_factory=list)
+    held_back: list[str] = field(default_factory=list)
+    restarted_s_ago: float | None = None
+    retry_in_s: float = 0.0
+
+    @property
+    def notice(self) -> str:
+        """Say why the tasks held back stayed, as a sentence; "" when none was."""
+        if not self.held_back:
+            return ""
+        count = len(self.held_back)
+        tasks = "1 running task whose worker's heartbeat is old" if count == 1 else (
+            f"{count} running tasks whose workers' heartbeats are old"
+        )  # fmt: skip
+        return (
+            f"The server restarted {self.restarted_s_ago:.0f} s ago and workers are still reporting, so {tasks} "
+            f"stayed: try again in {math.ceil(self.retry_in_s)} s."
+        )
 
 
 def count_selected(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> int:

@@ -6,10 +6,16 @@ heartbeat goes out as it starts) or its lease is overdue (the deadline, the runn
 segment's score, is past on the server's clock). The same rule the requeue script applies,
 so "requeue all orphaned" never moves a task it flagged that the script would then skip,
 and never moves a live lease (the script checks again, atomically, without force).
+
+A server that restarted restores every heartbeat as it was before the outage, so until it
+has been up `worker_timeout` + `socket_timeout` (the time a live worker needs to store its
+next one, as the broker's recovery waits) an old heartbeat proves nothing: no worker with one
+is gone, only overdue leases are orphaned, and the result says how long to wait.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -60,14 +66,32 @@ def pending_commands(alias: str) -> dict[str, dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class LeaseCheck:
-    """What tells a running task's lease apart: the server's clock, the heartbeats and the worker timeout."""
+    """What tells a running task's lease apart: the server's clock, the heartbeats and the worker timeout.
+
+    `uptime_s` and `settle_s`: while the server holding the heartbeats has been up less than
+    `settle_s`, a worker that has a heartbeat is not gone however old it is (see the module).
+    """
 
     now: float
     heartbeats: dict[str, float]
     worker_timeout: float
+    uptime_s: float = math.inf
+    settle_s: float = 0.0
+
+    @property
+    def settles_in_s(self) -> float:
+        """Seconds until an old heartbeat means a gone worker again: 0 unless the server restarted that recently."""
+        return max(0.0, self.settle_s - self.uptime_s)
 
     def worker_gone(self, worker: str, lease_started_at: datetime | None = None) -> bool:
         """Return whether a worker's heartbeat is older than the timeout, or it has none and the lease is as old."""
+        return self._silent(worker, lease_started_at) and not (self.settles_in_s and worker in self.heartbeats)
+
+    def held_back(self, worker: str) -> bool:
+        """Return whether a worker's heartbeat is older than the timeout but the server is too freshly up to tell."""
+        return bool(self.settles_in_s) and worker in self.heartbeats and self._silent(worker)
+
+    def _silent(self, worker: str, lease_started_at: datetime | None = None) -> bool:
         if not worker:
             return False
         beat = self.heartbeats.get(worker)
@@ -89,9 +113,10 @@ class LeaseCheck:
 
 
 def lease_check(alias: str) -> LeaseCheck:
-    """Return the lease check of a backend as of now on its server's clock."""
+    """Return the lease check of a backend as of now on its server's clock, in one round trip."""
     backend = get_backend(alias)
-    return LeaseCheck(backend.server_time().timestamp(), backend.worker_heartbeats(), backend.config.worker_timeout)
+    reading, options = backend.heartbeat_reading(), backend.config
+    return LeaseCheck(reading.now, reading.beats, options.worker_timeout, reading.uptime_s, options.heartbeat_settle)
 
 
 def _running(alias: str, queue_name: str):
@@ -126,8 +151,17 @@ def orphaned(alias: str, queue_name: str) -> list[str]:
 
 
 def requeue_orphaned(alias: str, queue_name: str) -> Requeued:
-    """Requeue every orphaned running task of a queue in one script, never forced: a live lease stays."""
-    ids = orphaned(alias, queue_name)
+    """Requeue every orphaned running task of a queue in one script, never forced: a live lease stays.
+
+    Right after a server restart the tasks whose worker has an old heartbeat stay where they
+    are: the result lists them as `held_back`, with when to try again.
+    """
+    check = lease_check(alias)
+    items = _running(alias, queue_name)[0]
+    ids = [item.id for item in items if check.flags(item)]
     moved = get_backend(alias).requeue_many(queue_name, segment=Segment.RUNNING, task_ids=ids) if ids else []
-    left = set(moved)
-    return Requeued(moved, [i for i in ids if i not in left])
+    left, flagged = set(moved), set(ids)
+    held = [i.id for i in items if i.id not in flagged and check.held_back(getattr(i, "lease_worker", "") or "")]
+    if not held:
+        return Requeued(moved, [i for i in ids if i not in left])
+    return Requeued(moved, [i for i in ids if i not in left], held, check.uptime_s, check.settles_in_s)

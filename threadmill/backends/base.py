@@ -62,6 +62,22 @@ class PausedQueue:
 
 
 @dataclass(frozen=True, slots=True)
+class HeartbeatReading:
+    """Every worker's last heartbeat, read in one round trip with the clock and uptime of the server holding them."""
+
+    #: The server's clock, epoch seconds.
+    now: float
+    #: Worker name -> its last heartbeat, server epoch seconds.
+    beats: dict[str, float]
+    #: Whole seconds the server has been up (INFO's `uptime_in_seconds`).
+    uptime_s: float
+
+    def settles_in(self, settle_s: float) -> float:
+        """Return the seconds until the server has been up `settle_s`, 0 once it has."""
+        return max(0.0, settle_s - self.uptime_s)
+
+
+@dataclass(frozen=True, slots=True)
 class UnreadableTask:
     """A stored task whose payload this code cannot read, kept exactly as stored."""
 

@@ -42,6 +42,16 @@ class BackendOptions:
     wait_replicas: int = 0
     partitions: int = 1
 
+    @property
+    def heartbeat_settle(self) -> float:
+        """Seconds a server must be up before an old heartbeat means a gone worker: `worker_timeout` + `socket_timeout`.
+
+        A server that restarted restores every heartbeat as it was before the outage; a live
+        worker stores its next one within that long (a beat may wait `socket_timeout` on a
+        dead connection before it reconnects).
+        """
+        return self.worker_timeout + self.socket_timeout
+
 
 _FLAGS = {"fsync_enqueue"}
 #: Options that are a count, zero allowed.

@@ -118,9 +118,15 @@ def reusable(connection: redis.Connection) -> redis.Connection:
     return connection
 
 
-def _heartbeats(ages: Mapping[str, float] | None) -> str:
-    """Encode heartbeat ages for a script: "" to read the workers set itself, else "+" and `name<TAB>age` lines."""
-    return "" if ages is None else "+" + "".join(f"{name}\t{age:.3f}\n" for name, age in ages.items())
+def _heartbeats(ages: Mapping[str, float] | None, settle_s: float | None = None) -> str:
+    """Encode heartbeat ages for a script: "" to read the workers set itself, else "+" and `name<TAB>age` lines.
+
+    With `settle_s` a script that reads the set itself ("@" and the seconds) counts no worker with a
+    heartbeat as silent until its server has been up that long.
+    """
+    if ages is None:
+        return "" if settle_s is None else f"@{settle_s:.3f}"
+    return "+" + "".join(f"{name}\t{age:.3f}\n" for name, age in ages.items())
 
 
 class LuaScript:
@@ -483,16 +489,17 @@ class RedisScripts:
         force: bool,
         worker_timeout: float,
         heartbeats: Mapping[str, float] | None = None,
+        settle_s: float | None = None,
     ) -> tuple[list[str], list[str]]:
         """Requeue (task id, lease token, document) entries of one segment to ready; return (moved, refused).
 
-        `heartbeats` None reads heartbeats from the workers set (partition 0); a mapping gives every
+        `heartbeats` None reads heartbeats from the workers set (partition 0), and with `settle_s`
+        counts none as silent until the server has been up that long; a mapping gives every
         worker's heartbeat age, read from partition 0 (another partition's slot lacks the set).
         """
         k = self.keys
-        args: list[Any] = [
-            segment.value, "1" if force else "0", worker_timeout, _heartbeats(heartbeats), len(needles), *needles
-        ]  # fmt: skip
+        given = _heartbeats(heartbeats, settle_s)
+        args: list[Any] = [segment.value, "1" if force else "0", worker_timeout, given, len(needles), *needles]
         for entry in entries:
             args += entry
         reply = self._run(
@@ -517,13 +524,14 @@ class RedisScripts:
         task_ids: Sequence[str],
         worker_timeout: float,
         heartbeats: Mapping[str, float] | None = None,
+        settle_s: float | None = None,
     ) -> list[str]:
-        """Return those of the ids running under a live lease (deadline ahead, worker not timed out)."""
+        """Return those of the ids running under a live lease (deadline ahead, worker not silent); see requeue_many."""
         k = self.keys
         reply = self._run(
             self._live_leases,
             keys=[k.segment(queue_name, Segment.RUNNING), k.task_prefix(), k.workers()],
-            args=[worker_timeout, _heartbeats(heartbeats), *task_ids],
+            args=[worker_timeout, _heartbeats(heartbeats, settle_s), *task_ids],
         )
         return [task_id.decode() for task_id in reply]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -20,7 +21,15 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..outcome import record_abandoned
 from . import codec
-from .base import UNREADABLE_PAYLOAD_ERRORS, Page, PausedQueue, Segment, ThreadmillTaskResult, UnreadableTask
+from .base import (
+    UNREADABLE_PAYLOAD_ERRORS,
+    HeartbeatReading,
+    Page,
+    PausedQueue,
+    Segment,
+    ThreadmillTaskResult,
+    UnreadableTask,
+)
 from .keys import PRIORITY_BAND, TASK_FIELDS
 from .merge import Cursor, KeysetPage, merge_rows
 from .partitions import by_partition
@@ -556,12 +565,40 @@ class RedisTooling:
         """Return those of the given tasks running under a live lease: the ones requeue_many skips without force."""
         live: list[str] = []
         heartbeats = None
+        options = self.config
         for partition, ids in by_partition(task_ids, str).items():
             if partition and heartbeats is None:
-                heartbeats = self.heartbeat_ages()
-            scripts = self.scripts_for(partition)
-            live += scripts.live_leases(queue_name, ids, self.config.worker_timeout, heartbeats if partition else None)
+                heartbeats = self.settled_heartbeat_ages()
+            given = heartbeats if partition else None
+            live += self.scripts_for(partition).live_leases(
+                queue_name, ids, options.worker_timeout, given, options.heartbeat_settle
+            )
         return live
+
+    @translate_errors
+    def heartbeat_reading(self) -> HeartbeatReading:
+        """Return every worker's last heartbeat with the clock and uptime of the server holding them, in one round trip.
+
+        One pipeline on one connection: a restart in between breaks it, so the three never mix
+        two lives of the server.
+        """
+        pipe = self.client_for(self.keys.workers()).pipeline(transaction=False)
+        pipe.time()
+        pipe.zrangebyscore(self.keys.workers(), "-inf", "+inf", withscores=True)
+        pipe.info("server")
+        (seconds, micros), entries, server = pipe.execute()
+        beats = {name.decode(): beat for name, beat in entries}
+        return HeartbeatReading(seconds + micros / 1e6, beats, float(server.get("uptime_in_seconds", math.inf)))
+
+    def settled_heartbeat_ages(self) -> dict[str, float]:
+        """Return every worker's heartbeat age for a script on a partition above 0; 0 each while partition 0 settles.
+
+        Right after that server restarted, the heartbeats it restored are old though live workers
+        have had no time to report yet (`heartbeat_settle`): none of them is silent until then.
+        """
+        reading = self.heartbeat_reading()
+        settling = reading.settles_in(self.config.heartbeat_settle) > 0
+        return {name: 0.0 if settling else reading.now - beat for name, beat in reading.beats.items()}
 
     @translate_errors
     def heartbeat_ages(self) -> dict[str, float]:
@@ -587,12 +624,12 @@ class RedisTooling:
     def _requeue_partition(
         self, partition: int, queue_name: str, segment: Segment, ids: list[str], needles, force: bool, by: str
     ) -> list[str]:
-        timeout = self.config.worker_timeout
+        timeout, settle = self.config.worker_timeout, self.config.heartbeat_settle
         scripts = self.scripts_for(partition)
-        heartbeats = self.heartbeat_ages() if partition and segment is Segment.RUNNING else None
         if segment is not Segment.RUNNING:
             entries = [(task_id, "", "") for task_id in ids]
-            return scripts.requeue_many(queue_name, segment, entries, needles, force, timeout, heartbeats)[0]
+            return scripts.requeue_many(queue_name, segment, entries, needles, force, timeout)[0]
+        heartbeats = self.settled_heartbeat_ages() if partition and not force else None
         by = f"{by} (forced)" if force else f"{by} (its lease overdue or its worker silent)"
         moved: list[str] = []
         # The fence refuses a task leased again since it was read; read it again, a few times.
@@ -600,7 +637,7 @@ class RedisTooling:
             entries = self._abandoned_entries(queue_name, ids, needles, by)
             if not entries:
                 break
-            done, ids = scripts.requeue_many(queue_name, segment, entries, needles, force, timeout, heartbeats)
+            done, ids = scripts.requeue_many(queue_name, segment, entries, needles, force, timeout, heartbeats, settle)
             moved += done
             if not ids:
                 break

@@ -7,8 +7,10 @@
 -- KEYS[2] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
 -- KEYS[3] (zset)   worker names by last heartbeat, server epoch seconds (unread when ARGV[2] is given)
 -- ARGV[1] (number) worker timeout, seconds
--- ARGV[2] (string) "" to read heartbeats from KEYS[3]; else "+" and every worker of that set as
---                  `name<TAB>heartbeat age` lines (another partition's slot does not hold the set)
+-- ARGV[2] (string) "" to read heartbeats from KEYS[3]; "@" and seconds S to read them too, but count no
+--                  worker with a heartbeat as silent until this server has been up S seconds (after a
+--                  restart its heartbeats are from before the outage); else "+" and every worker of that
+--                  set as `name<TAB>heartbeat age` lines (another partition's slot does not hold the set)
 -- ARGV[3..n] (string) task ids
 -- Returns: {id1, id2, ...} those of the ids running under a live lease, in the order given
 -- include: silent

@@ -5,8 +5,9 @@
 -- A running task moves only with the document the caller built from it (its abandoned attempt
 -- recorded), fenced by the lease token it was read under; and, unless forced, only when its
 -- lease is overdue or its worker's heartbeat is older than the worker timeout (a worker with
--- no heartbeat counts as alive until the lease is as old as the timeout), so a task a live
--- worker runs is never started twice.
+-- no heartbeat counts as alive until the lease is as old as the timeout; none counts as silent
+-- while the server settles after a restart, see ARGV[4]), so a task a live worker runs is never
+-- started twice.
 -- KEYS[1] (prefix) task hash prefix; a task's key is this plus its id (same hash tag)
 -- KEYS[2] (prefix) result prefix of an older layout (1), read where the hash has no `result` field
 -- KEYS[3] (zset)   the queue's ready segment
@@ -16,8 +17,10 @@
 -- ARGV[1] (string) the source segment's name; a task in another segment or queue is left alone
 -- ARGV[2] (string) "1" to move a running task even when its lease is live
 -- ARGV[3] (number) worker timeout, seconds
--- ARGV[4] (string) "" to read heartbeats from KEYS[5]; else "+" and every worker of that set as
---                  `name<TAB>heartbeat age` lines (a partition other than 0, whose slot does not hold it)
+-- ARGV[4] (string) "" to read heartbeats from KEYS[5]; "@" and seconds S to read them too, but count no
+--                  worker with a heartbeat as silent until this server has been up S seconds (after a
+--                  restart its heartbeats are from before the outage); else "+" and every worker of that
+--                  set as `name<TAB>heartbeat age` lines (a partition other than 0, whose slot does not hold it)
 -- ARGV[5] (number) k, the number of needles
 -- ARGV[6..5+k] (string) needles, each matched as plain text against the result document, else
 --                       the stored payload (for unreadable tasks, also the read error)
