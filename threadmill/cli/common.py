@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import time
+from collections.abc import Callable
 
 from django.core.management.base import CommandError
 from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
 from ..exceptions import BackendConnectionError, LayoutVersionError
+
+#: First pause before trying an unreachable server again at start, seconds.
+START_RETRY_PAUSE_S = 0.1
+#: Longest such pause, seconds.
+START_RETRY_MAX_PAUSE_S = 2.0
 
 
 def add_backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +39,12 @@ def seconds(text: str) -> float:
     return value
 
 
-def threadmill_backend(alias: str):
-    """Return the Threadmill backend of `alias`, reachable, its data layout checked; CommandError naming what is wrong otherwise."""
+def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], None] | None = None):
+    """Return the Threadmill backend of `alias`, reachable, its data layout checked; CommandError naming what is wrong otherwise.
+
+    An unreachable server (down, restarting, still loading its data) is tried again for up to
+    `wait_s` seconds, told once through `say`; a refused data layout is an error at once.
+    """
     try:
         backend = task_backends[alias]
     except InvalidTaskBackend:
@@ -42,12 +53,23 @@ def threadmill_backend(alias: str):
         ) from None
     if not hasattr(backend, "acquire"):
         raise CommandError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")
-    try:
-        backend.ping()
-        backend.check_layout()
-    except (BackendConnectionError, LayoutVersionError) as e:
-        raise CommandError(str(e)) from None
-    return backend
+    deadline, pause, told = time.monotonic() + wait_s, START_RETRY_PAUSE_S, False
+    while True:
+        try:
+            backend.ping()
+            backend.check_layout()
+            return backend
+        except LayoutVersionError as e:
+            raise CommandError(str(e)) from None
+        except BackendConnectionError as e:
+            if time.monotonic() + pause > deadline:
+                tried = f" (tried for {wait_s:g} s)" if wait_s else ""
+                raise CommandError(f"{str(e).rstrip('.')}{tried}.") from None
+            if say is not None and not told:
+                say(f"{e} Trying again for up to {wait_s:g} s.")
+                told = True
+        time.sleep(pause)  # A retry pause, not a synchronisation.
+        pause = min(2 * pause, START_RETRY_MAX_PAUSE_S)
 
 
 def known_queues(backend, requested: list[str] | None) -> list[str]:

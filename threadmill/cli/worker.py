@@ -23,6 +23,9 @@ from ..worker.config import (
 from ..worker.supervisor import Supervisor
 from .common import add_backend_argument, known_queues, seconds, threadmill_backend
 
+#: Default longest time `worker` keeps trying an unreachable server at start, seconds.
+DEFAULT_WAIT_FOR_SERVER_S = 60.0
+
 HELP = "Run a pool of worker processes that run the tasks of one backend's queues."
 
 
@@ -109,6 +112,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"the pool exits (default: {DEFAULT_SHUTDOWN_TIMEOUT_S:g}). Buffered tasks are handed back at once.",
     )
     parser.add_argument(
+        "--wait-for-server",
+        type=seconds,
+        metavar="SECONDS",
+        default=DEFAULT_WAIT_FOR_SERVER_S,
+        help="At start, how long to keep trying a server that cannot be reached yet (down, restarting, loading "
+        f"its data) before exiting 1 (default: {DEFAULT_WAIT_FOR_SERVER_S:g}; 0 fails at once). Once running, "
+        "the pool rides out outages of any length.",
+    )
+    parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default="json",
@@ -128,7 +140,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     """Validate the options against the backend, then run the pool; return its exit code."""
     if options["max_tasks_jitter"] and options["max_tasks"] is None:
         raise CommandError("--max-tasks-jitter needs --max-tasks.")
-    backend = threadmill_backend(options["backend"])
+    backend = threadmill_backend(options["backend"], options["wait_for_server"], command.stderr.write)
     for schedule in backend.schedules:
         try:
             schedule.task()
