@@ -123,7 +123,8 @@ def allows_rerun(event: FaultEvent, run: Run, outages: list[FaultEvent], worker_
       freeze (for a stall, any started before the process saw its heartbeats go unstored), or one finished
       just before it. Buffered tasks must not run again.
     - SIGTERM of a pool, kill -9 of its supervisor: a run that was still going at the shutdown
-      timeout, handed back with its process killed after it.
+      timeout, handed back with its process killed after it, or one finished whose
+      acknowledgement an outage held up until the stopping process exited.
     Server faults, resets and latency allow none.
     """
     long_freeze = event.ended - event.started > worker_timeout
@@ -139,7 +140,12 @@ def allows_rerun(event: FaultEvent, run: Run, outages: list[FaultEvent], worker_
         caught = run.started <= event.started + cut_off_after + EDGE_S and run.finished >= event.started - EDGE_S
         return caught or _ack_pending_at(run, event.started, outages)
     if event.kind in (SIGTERM_POOL, KILL_SUPERVISOR):
-        return run.pool == event.pool and run.finished >= event.started + SHUTDOWN_TIMEOUT_S - 1.0
+        # Still running at the shutdown timeout, or finished with its acknowledgement held up by an
+        # outage until the stopping process had to exit: both are lost with the process.
+        exit_at = event.started + SHUTDOWN_TIMEOUT_S
+        return run.pool == event.pool and (
+            run.finished >= exit_at - 1.0 or _ack_pending_at(run, exit_at, outages)
+        )
     return False
 
 
