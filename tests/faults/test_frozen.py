@@ -35,6 +35,15 @@ def _holds_nothing(document: dict | None) -> bool:
     return document is not None and document["buffered"] == [] and document["running"] == []
 
 
+def _wait_until_it_settles(pool, tally: Tally, name: str) -> None:
+    """Wait until the resumed process ran or handed back its buffer, so nothing it does is left uncounted."""
+    wait_for(
+        lambda: pool.alive() and _holds_nothing(tally.backend.worker_document(name)),
+        lambda: f"the resumed process settles its buffer ({tally.backend.worker_document(name)})",
+        15,
+    )
+
+
 def test_a_process_frozen_past_the_worker_timeout_does_not_run_its_stale_buffer(
     tally: Tally, fault_server, start_pool
 ):
@@ -57,12 +66,7 @@ def test_a_process_frozen_past_the_worker_timeout_does_not_run_its_stale_buffer(
         os.kill(victim, signal.SIGCONT)
 
     wait_for_drain(other_pool, tally, 30)
-    # The resumed process settles its buffer too (it runs it, or hands it back) before anything is counted.
-    wait_for(
-        lambda: frozen_pool.alive() and _holds_nothing(tally.backend.worker_document(victim_name)),
-        lambda: f"the resumed process settles its buffer ({tally.backend.worker_document(victim_name)})",
-        15,
-    )
+    _wait_until_it_settles(frozen_pool, tally, victim_name)
     twice = tally.ran_twice()
     assert set(twice) <= started_before and len(twice) <= 1, (
         f"ran twice: {twice}; only a task started before the freeze may: {sorted(started_before)[-3:]}"
@@ -99,9 +103,5 @@ def test_a_process_frozen_across_a_server_restart_leases_nothing_until_its_heart
         os.kill(victim, signal.SIGCONT)
 
     wait_for_drain(pool, tally, 60)
-    wait_for(
-        lambda: pool.alive() and _holds_nothing(tally.backend.worker_document(victim_name)),
-        lambda: f"the resumed process settles ({tally.backend.worker_document(victim_name)})",
-        15,
-    )
+    _wait_until_it_settles(pool, tally, victim_name)
     tally.assert_each_ran_once()
