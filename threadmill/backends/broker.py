@@ -177,8 +177,7 @@ class RedisBroker:
     def _trusts_heartbeats(self, now: float) -> bool:
         if self._reachable_since is None:
             self._reachable_since = now
-        options = self.backend.config
-        return now - self._reachable_since >= options.worker_timeout + options.socket_timeout
+        return now - self._reachable_since >= self.backend.config.heartbeat_settle
 
     def run_schedules(self, now: datetime | None = None) -> int:
         """Enqueue each schedule's latest tick at `now` (the server's clock) unless a broker did; return how many."""
