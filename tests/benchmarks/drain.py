@@ -149,7 +149,7 @@ def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderT
         "exits_when_drained": True,
     }
     variants = [
-        QueueUnderTest(name="threadmill", worker=command, note="default prefetch (4 x threads)", **common),
+        QueueUnderTest(name="threadmill", worker=command, note="default prefetch (auto: sized by time)", **common),
         QueueUnderTest(
             name="threadmill --prefetch-count 1",
             worker=[*command, "--prefetch-count", "1"],
