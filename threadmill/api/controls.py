@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from ..backends.base import PausedQueue, Segment
-from ..backends.tooling import WORKER_COMMANDS
+from ..backends.tooling.controls import WORKER_COMMANDS
 from .actions import Requeued
 from .queues import NO_FILTER, Filter, SegmentPage, get_backend
 

@@ -1,0 +1,42 @@
+"""The backend's half of the tooling API (`threadmill.api`), one mixin per concern, composed here.
+
+Each concern of `threadmill.api` has its backend half in the module of the same name:
+`queues` (queue names, pages, one task), `actions` (requeue, delete, purge), `workers`
+(heartbeats), `controls` (paused queues, worker commands), `schedules`, `history`
+(per-minute series) and `metrics` (counts and counters); `host` declares what they use of
+the backend. `RedisTooling` is mixed into `RedisTaskBackend`; the console reaches it only
+through `threadmill.api`. Reads take one round trip a page, whatever a segment's depth;
+every write is one Lua script.
+"""
+
+from __future__ import annotations
+
+from .actions import DELETE_ROUNDS, REQUEUE_ROUNDS, ActionTooling
+from .controls import WORKER_COMMANDS, ControlTooling
+from .history import HISTORY_MINUTES, HistoryTooling
+from .metrics import MetricsTooling
+from .queues import NEWEST_FIRST, QueueTooling
+from .schedules import ScheduleTooling
+from .workers import WorkerTooling
+
+__all__ = [
+    "DELETE_ROUNDS",
+    "HISTORY_MINUTES",
+    "NEWEST_FIRST",
+    "REQUEUE_ROUNDS",
+    "WORKER_COMMANDS",
+    "ActionTooling",
+    "ControlTooling",
+    "HistoryTooling",
+    "MetricsTooling",
+    "QueueTooling",
+    "RedisTooling",
+    "ScheduleTooling",
+    "WorkerTooling",
+]
+
+
+class RedisTooling(
+    QueueTooling, ActionTooling, WorkerTooling, ControlTooling, ScheduleTooling, HistoryTooling, MetricsTooling
+):
+    """Every tooling call of the backend: paging, acting on tasks, worker heartbeats, controls, schedules, counts."""

@@ -1,0 +1,76 @@
+"""The backend's half of `threadmill.api.metrics`: counts and counters whose cost does not grow with the tasks stored.
+
+Segment sizes (ZCARD), the oldest ready task (two-entry ZRANGEs) and the totals since first
+use (HMGET), each one pipeline over every queue and partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from ..base import Segment
+from ..keys import PRIORITY_BAND
+from ..scripts import translate_errors
+from .host import ToolingHost
+
+
+class MetricsTooling(ToolingHost):
+    """Counting every queue's tasks per segment, its latency and its totals."""
+
+    # From QueueTooling (mixed in beside this class).
+    queue_names: Callable[[], list[str]]
+
+    @translate_errors
+    def queue_stats(self) -> dict[str, dict[Segment, int]]:
+        """Return, for every queue, the number of tasks in each segment."""
+        names = self.queue_names()
+        partitions = [self.keys_for(p) for p in self.covered_partitions()]
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            for segment in Segment:
+                for keys in partitions:
+                    pipe.zcard(keys.segment(name, segment))
+        counts = iter(pipe.execute())
+        return {name: {segment: sum(next(counts) for _ in partitions) for segment in Segment} for name in names}
+
+    @translate_errors
+    def oldest_ready_enqueued_at(self, queue_names: Sequence[str]) -> dict[str, datetime | None]:
+        """Return when each queue's oldest ready task was enqueued, for its latency.
+
+        Reads the head and tail of the ready set only (two entries, whatever its depth):
+        exact when the queue uses one or two priorities, a lower bound on age otherwise.
+        """
+        partitions = [self.keys_for(p) for p in self.covered_partitions()]
+        pipe = self.client.pipeline(transaction=False)
+        for name in queue_names:
+            for keys in partitions:
+                key = keys.segment(name, Segment.READY)
+                pipe.zrange(key, 0, 0, withscores=True)
+                pipe.zrange(key, -1, -1, withscores=True)
+        replies = pipe.execute()
+        width = 2 * len(partitions)
+        out: dict[str, datetime | None] = {}
+        for index, name in enumerate(queue_names):
+            rows = [row for reply in replies[width * index : width * (index + 1)] for row in reply]
+            oldest = min((int(score) % PRIORITY_BAND for _, score in rows), default=None)
+            out[name] = None if oldest is None else datetime.fromtimestamp(oldest / 1000, UTC)
+        return out
+
+    @translate_errors
+    def totals(self) -> dict[str, dict[str, int]]:
+        """Return each queue's monotonic counters since first use: enqueued, finished (any outcome), failed."""
+        names = self.queue_names()
+        partitions = [self.keys_for(p) for p in self.covered_partitions()]
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            for keys in partitions:
+                pipe.hmget(keys.totals(name), ("enqueued", "finished", "failed"))
+        rows = iter(pipe.execute())
+        out = {}
+        for name in names:
+            sums = [0, 0, 0]
+            for _ in partitions:
+                sums = [a + int(v or 0) for a, v in zip(sums, next(rows), strict=True)]
+            out[name] = dict(zip(("enqueued", "finished", "failed"), sums, strict=True))
+        return out
