@@ -1,5 +1,7 @@
 """Task functions the tests enqueue; module-level as django.tasks requires."""
 
+import time
+
 from django.tasks import task
 
 from threadmill.retry import ExponentialBackoff
@@ -224,3 +226,78 @@ def kill_own_process(context):
 
     _counter().hincrby("faults:started", context.task_result.id, 1)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- time limits ------------------------------------------------------------------------
+
+#: The time limit of the time-limit tests' tasks, seconds.
+SHORT_LIMIT_S = 0.3
+
+
+def _count(name: str, context) -> int:
+    return _counter().hincrby(f"faults:{name}", context.task_result.id, 1)
+
+
+@task(takes_context=True, timeout=SHORT_LIMIT_S)
+def sleep_past_limit(context):
+    """Sleep in short steps far past the limit; count the start and the `finally`."""
+    _count("started", context)
+    try:
+        for _ in range(1000):
+            time.sleep(0.01)
+        _count("finished", context)
+    finally:
+        _count("finally", context)
+
+
+@task(takes_context=True, timeout=SHORT_LIMIT_S)
+def stuck_in_c(context):
+    """Block in one C call (select on nothing) that no asynchronous exception interrupts."""
+    import select
+
+    _count("started", context)
+    select.select([], [], [], 30)
+    _count("finished", context)
+
+
+@task(takes_context=True, timeout=SHORT_LIMIT_S)
+async def async_sleep_past_limit(context):
+    """Await far past the limit; count the start, the cancellation and the `finally`."""
+    import asyncio
+
+    _count("started", context)
+    try:
+        await asyncio.sleep(30)
+        _count("finished", context)
+    except asyncio.CancelledError:
+        _count("cancelled", context)
+        raise
+    finally:
+        _count("finally", context)
+
+
+@task(
+    takes_context=True,
+    timeout=SHORT_LIMIT_S,
+    retry=ExponentialBackoff(
+        base_delay=0.05, max_retries=2, expected_exceptions=("threadmill.exceptions.TaskTimeout",), jitter=0
+    ),
+)
+def past_limit_once(context):
+    """Sleep past the limit on the first attempt, return the attempt number on the next."""
+    if _count("started", context) == 1:
+        for _ in range(1000):
+            time.sleep(0.01)
+    _count("finished", context)
+    return context.attempt
+
+
+@task(takes_context=True, timeout=SHORT_LIMIT_S)
+def hold_the_gil_once(context):
+    """On the first attempt block in a C call that keeps the GIL (libc sleep through PyDLL): every thread stops."""
+    import ctypes
+
+    if _count("started", context) == 1:
+        ctypes.PyDLL(None).sleep(30)
+    _count("finished", context)
+    return context.attempt

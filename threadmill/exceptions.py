@@ -54,6 +54,10 @@ class WorkerLost(AttemptAbandoned):
     """Raised (and recorded as a task error) when a task's worker stopped sending heartbeats while it ran."""
 
 
+class TaskTimeout(ThreadmillError):
+    """Raised inside a running task (and recorded as its error) when it passed its time limit."""
+
+
 class LeaseLost(ThreadmillError):
     """Raised when a fenced write is refused because the task was leased again since."""
 

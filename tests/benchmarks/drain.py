@@ -45,6 +45,8 @@ PEER_PREFETCH = 128
 DEFAULT_PEERS = ["dramatiq", "celery", "django-tasks-db", "django-tasks-rq"]
 #: Pool shapes (processes, threads) drained beside the one-process, one-thread rows.
 POOL_SHAPES = ((2, 1), (1, 4))
+#: The time limit of the drain row that puts one on every task, seconds (far above an echo's run).
+BENCH_TASK_TIMEOUT_S = 60.0
 WORKER_COMMAND = ROOT / "threadmill" / "management" / "commands" / "threadmill.py"
 
 
@@ -157,6 +159,16 @@ def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderT
             **common,
         ),
     ]
+    # The cost of a time limit: every task armed on the watchdog (the lease outlasts it: no round trip).
+    variants.append(
+        QueueUnderTest(
+            name=f"threadmill task_timeout {BENCH_TASK_TIMEOUT_S:g} s",
+            worker=command,
+            extra_env={"THREADMILL_TEST_TASK_TIMEOUT": str(BENCH_TASK_TIMEOUT_S)},
+            note="a time limit on every task, default prefetch",
+            **common,
+        )
+    )
     # How the pool scales on this machine: a second process, or four threads in one.
     for workers, threads in POOL_SHAPES:
         variants.append(

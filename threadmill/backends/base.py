@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -114,15 +114,19 @@ class Page(Sequence):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadmillTask(Task):
-    """A Django task with an optional retry policy (`@task(retry=...)`)."""
+    """A Django task with an optional retry policy (`@task(retry=...)`) and time limit (`@task(timeout=...)`)."""
 
     retry: Any = None
+    #: Longest a run may take before TaskTimeout is raised in it; None takes the alias's `task_timeout`.
+    timeout: timedelta | None = None
 
     def __post_init__(self) -> None:
-        if self.retry is not None and not callable(self.retry):
-            from django.tasks.exceptions import InvalidTask
+        from django.tasks.exceptions import InvalidTask
 
+        if self.retry is not None and not callable(self.retry):
             raise InvalidTask("retry must be a retry policy or a callable taking a TaskContext.")
+        if self.timeout is not None:
+            object.__setattr__(self, "timeout", _time_limit(self.timeout, InvalidTask))
         super(ThreadmillTask, self).__post_init__()
 
     def enqueue_many(self, calls):
@@ -131,6 +135,19 @@ class ThreadmillTask(Task):
         if hasattr(backend, "enqueue_many"):
             return backend.enqueue_many(self, calls)
         return [backend.enqueue(self, args, kwargs) for args, kwargs in calls]
+
+
+def _time_limit(value: Any, error: type[Exception]) -> timedelta:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < float("inf"):
+        raise error(f"timeout must be a positive number of seconds or a timedelta, not {value!r}.")
+    return value if isinstance(value, timedelta) else timedelta(seconds=value)
+
+
+def time_limit_s(task: Task, default_s: float | None) -> float | None:
+    """Return the time limit a run of `task` gets in seconds: its own, else `default_s` (None: no limit)."""
+    limit = getattr(task, "timeout", None)
+    return default_s if limit is None else limit.total_seconds()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

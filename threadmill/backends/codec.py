@@ -12,7 +12,7 @@ import json
 import os
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.tasks import Task, TaskResultStatus
@@ -110,8 +110,12 @@ def new_task_id(partition: int | None = None) -> str:
 
 
 def task_spec(task: Task) -> dict[str, Any]:
-    """Return the JSON form of a task's identity and options."""
-    return {
+    """Return the JSON form of a task's identity and options.
+
+    A time limit is stored as "timeout" (seconds) only when the task has one, so the spec of a
+    task without one is what the previous release wrote; that release ignores the key.
+    """
+    spec = {
         "path": task.module_path,
         "priority": task.priority,
         "queue": task.queue_name,
@@ -120,6 +124,10 @@ def task_spec(task: Task) -> dict[str, Any]:
         "run_after": timestamp(task.run_after),
         "retry": retry_spec(getattr(task, "retry", None)),
     }
+    limit = getattr(task, "timeout", None)
+    if limit is not None:
+        spec["timeout"] = limit.total_seconds()
+    return spec
 
 
 def encode_new(task: Task, task_id: str, args: Any, kwargs: Any, enqueued_at: float) -> str:
@@ -181,6 +189,7 @@ def _task_of(spec: dict[str, Any]) -> Task:
         spec["context"],
         spec["run_after"],
         _dumps(retry) if isinstance(retry, dict) else retry,
+        spec.get("timeout"),
     )
     task = _tasks.get(key)
     if task is None:
@@ -205,6 +214,12 @@ def _resolve_task(spec: dict[str, Any]) -> Task:
         policy = policy_from_spec(spec["retry"])
         if policy != found.retry:
             changes["retry"] = policy
+    if hasattr(found, "timeout"):
+        # The stored limit is the one it was enqueued with; none stored (an older release) means none.
+        stored = spec.get("timeout")
+        limit = None if stored is None else timedelta(seconds=stored)
+        if limit != found.timeout:
+            changes["timeout"] = limit
     return replace(found, **changes) if changes else found
 
 

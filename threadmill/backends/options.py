@@ -24,6 +24,8 @@ DEFAULT_POLL_MAX_INTERVAL_S = 1.0
 DEFAULT_WORKER_TIMEOUT_S = 15.0
 #: Default time a command may wait for the server's reply before the connection counts as lost, seconds.
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
+#: Default time a task past its limit has to end before its worker process is replaced, seconds.
+DEFAULT_TIMEOUT_GRACE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,9 @@ class BackendOptions:
     fsync_enqueue: bool = False
     wait_replicas: int = 0
     partitions: int = 1
+    #: Time limit of a task with none of its own, seconds; None runs it for as long as it takes.
+    task_timeout: float | None = None
+    timeout_grace: float = DEFAULT_TIMEOUT_GRACE_S
 
     @property
     def heartbeat_settle(self) -> float:
@@ -103,6 +108,9 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
                     f"not {value!r}."
                 )
             parsed[name] = value
+            continue
+        if name == "task_timeout" and value is None:
+            parsed[name] = None
             continue
         if name in _COUNTS:
             parsed[name] = _count(alias, name, value)

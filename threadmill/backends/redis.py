@@ -462,6 +462,18 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         """
         return self.task_scripts(result.id).record_progress(result.id, result.lease_token, stage) == 1
 
+    def extend_lease(self, result: ThreadmillTaskResult, cover_s: float) -> bool:
+        """Make a running task's lease last at least `cover_s` seconds from now; False when it was taken back.
+
+        One round trip, made only before a run whose time limit and grace outlast its lease.
+        """
+        scripts = self.task_scripts(result.id)
+        deadline = scripts.extend_lease(result.id, result.task.queue_name, result.lease_token, cover_s)
+        if deadline is None:
+            return False
+        object.__setattr__(result, "lease_deadline", codec.moment(deadline))
+        return True
+
     def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str]) -> int:
         """Hand back to ready the leases that acquire calls with these token bases took; return how many.
 

@@ -181,6 +181,7 @@ class RedisScripts:
         self._release = register(_source("release"))
         self._release_unanswered = register(_source("release_unanswered"))
         self._record_progress = register(_source("record_progress"))
+        self._extend_lease = register(_source("extend_lease"))
         self._trim_finished = register(_source("trim_finished"))
         self._live_leases = register(_source("live_leases"))
         self._scan = register(_source("scan"))
@@ -604,6 +605,12 @@ class RedisScripts:
     def record_progress(self, task_id: str, token: str, stage: str) -> int:
         """Record that a suspect's run under lease `token` has "started" or "finished"; 0 when the fence refused it."""
         return self._run(self._record_progress, keys=[self.keys.task(task_id)], args=[token, stage])
+
+    @translate_errors
+    def extend_lease(self, task_id: str, queue_name: str, token: str, cover_s: float) -> bytes | None:
+        """Make lease `token` last at least `cover_s` from now; return its deadline, None when the fence refused it."""
+        keys = [self.keys.task(task_id), self.keys.segment(queue_name, Segment.RUNNING)]
+        return self._run(self._extend_lease, keys=keys, args=[task_id, token, cover_s])
 
     @translate_errors
     def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str], scan_limit: int) -> int:

@@ -37,19 +37,21 @@ QUIET_SIGNAL = signal.SIGUSR1
 HANDLED_SIGNALS = {signal.SIGTERM, signal.SIGINT, QUIET_SIGNAL}
 
 
-def run_worker_process(config: WorkerConfig, supervisor_pid: int, incarnation: str) -> None:
+def run_worker_process(config: WorkerConfig, supervisor_pid: int, incarnation: str, kill_at=None) -> None:
     """Run one worker process until it drains, stops, recycles or fails; exit with its code.
 
     It starts with SIGTERM and SIGINT blocked (the supervisor forks it so), and unblocks
     them once its own handlers replace the supervisor's, so a signal is never lost. Its name
     is `host:pid:incarnation`, the incarnation chosen by the supervisor, which so knows it too.
+    `kill_at` is shared with the supervisor: the monotonic moment it kills this process, should a
+    task outlive its time limit and the process not manage to replace itself (see `watchdog`).
     """
     signal.set_wakeup_fd(-1)
     # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes one
     # stop on, so a single Ctrl-C is never taken for the second one that means "now".
     os.setpgid(0, 0)
     backend = task_backends.create_connection(config.backend)
-    process = WorkerProcess(backend, config, name_this_process(incarnation))
+    process = WorkerProcess(backend, config, name_this_process(incarnation), kill_at)
     stopping = Stopping(process)
     _install_signal_handlers(process, stopping)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)

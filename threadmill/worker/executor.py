@@ -4,6 +4,10 @@ The executor belongs to one consumer thread. It runs `async def` tasks on that t
 own event loop, created once, so an async task costs no loop setup. Everything a task
 does not need per call (the signal sender, the coroutine check, the clock) is looked up
 once, because at thousands of tasks a second each lookup shows in the profile.
+
+A run with a time limit is armed on the process's watchdog, which raises `TaskTimeout` in a
+sync task's thread at the limit; an `async def` task is cancelled at its limit by its own loop
+(`asyncio.timeout`), and `TaskTimeout` comes out of its coroutine.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 from inspect import iscoroutinefunction
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import close_old_connections
 from django.tasks import TaskContext
@@ -20,8 +24,12 @@ from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
 from ..backends.base import ThreadmillTaskResult
+from ..exceptions import TaskTimeout
 from ..logs import running_task
 from ..outcome import error_of, mark_failed, mark_successful, retry_delay
+
+if TYPE_CHECKING:
+    from .watchdog import Watchdog
 
 logger = logging.getLogger("threadmill.worker")
 
@@ -37,15 +45,16 @@ class Outcome(NamedTuple):
 class Executor:
     """Runs tasks on the calling thread, firing Django's task signals around each one."""
 
-    def __init__(self, sender: type) -> None:
+    def __init__(self, sender: type, watchdog: Watchdog | None = None) -> None:
         self.sender = sender
+        self.watchdog = watchdog
         self._loop: asyncio.AbstractEventLoop | None = None
         #: True when the thread waited for work since its last task; the next task first closes stale connections.
         self.idle = True
         self._is_async: dict[Any, bool] = {}
 
-    def run(self, result: ThreadmillTaskResult) -> Outcome:
-        """Run the task of `result`, record how it ended on `result` and return the outcome."""
+    def run(self, result: ThreadmillTaskResult, limit_s: float | None = None) -> Outcome:
+        """Run the task of `result` within `limit_s` (None: no limit), record how it ended and return the outcome."""
         task = result.task
         running_task.id, running_task.task = result.id, task
         if self.idle:
@@ -55,7 +64,10 @@ class Executor:
             self.idle = False
         task_started.send(self.sender, task_result=result)
         try:
-            value = normalize_json(self._call(task, result))
+            if limit_s is None:
+                value = normalize_json(self._call(task, result))
+            else:
+                value = normalize_json(self._bounded(task, result, limit_s))
         except BaseException as e:  # noqa: BLE001 - task code errors become TaskError
             # SystemExit and KeyboardInterrupt included: raised on a consumer thread they come
             # from task code (sys.exit(), exit()), as a signal the process receives runs its
@@ -75,7 +87,7 @@ class Executor:
             close_old_connections()
             running_task.id = running_task.task = None
 
-    def _call(self, task, result: ThreadmillTaskResult) -> Any:
+    def _call(self, task, result: ThreadmillTaskResult, limit_s: float | None = None, message: str = "") -> Any:
         args = result.args
         if task.takes_context:
             args = [TaskContext(task_result=result), *args]
@@ -84,8 +96,35 @@ class Executor:
         if is_async is None:
             is_async = self._is_async[func] = iscoroutinefunction(func)
         if is_async:
-            return self.loop.run_until_complete(func(*args, **result.kwargs))
+            coroutine = func(*args, **result.kwargs)
+            if limit_s is not None:
+                coroutine = _within(coroutine, limit_s, message)
+            return self.loop.run_until_complete(coroutine)
         return func(*args, **result.kwargs)
+
+    def _bounded(self, task, result: ThreadmillTaskResult, limit_s: float) -> Any:
+        message = f"Task {result.id} passed its time limit of {limit_s:g} s."
+        if self._async(task.func):
+            armed = self.watchdog.arm(result, limit_s, raises=False)
+            try:
+                return self._call(task, result, limit_s, message)
+            finally:
+                self.watchdog.disarm(armed)
+        armed = self.watchdog.arm(result, limit_s, raises=True)
+        try:
+            return self._call(task, result)
+        except TaskTimeout as e:
+            if not e.args:  # the watchdog raises the bare class: say which limit it passed
+                e.args = (message,)
+            raise
+        finally:
+            self.watchdog.disarm(armed)
+
+    def _async(self, func) -> bool:
+        is_async = self._is_async.get(func)
+        if is_async is None:
+            is_async = self._is_async[func] = iscoroutinefunction(func)
+        return is_async
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -100,3 +139,15 @@ class Executor:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+async def _within(coroutine, limit_s: float, message: str) -> Any:
+    """Await `coroutine`, cancelled at `limit_s`: then TaskTimeout comes out of it (its own TimeoutError stays)."""
+    limit = asyncio.timeout(limit_s)
+    try:
+        async with limit:
+            return await coroutine
+    except TimeoutError:
+        if limit.expired():
+            raise TaskTimeout(message)  # noqa: B904 - chained, the traceback shows where the task was
+        raise

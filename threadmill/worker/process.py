@@ -31,6 +31,10 @@ The process moves through these phases (`Phase`); `_enter` is the only place tha
 - DRAINING or STOPPING -> STOPPED: nothing is buffered, running or waiting to be acknowledged.
 - STOPPING -> STOPPED at the shutdown deadline: tasks still running are handed back as
   interrupted attempts (`AttemptAbandoned`), and the process exits without them.
+- any -> STOPPING with the shutdown deadline now: a task did not end `timeout_grace` after its
+  time limit (the watchdog gives it up, `_give_up`). It is recorded FAILED with TaskTimeout (or
+  requeued, as its retry policy says), the other running tasks are handed back as interrupted
+  attempts, and the process exits with `EXIT_TIMED_OUT`: its supervisor replaces it at once.
 - any -> STOPPED: every consumer thread died, or the fetcher met an error it cannot ride out.
 
 An idle process (nothing ready, nothing held) does not poll: it blocks on its queues' wake
@@ -65,12 +69,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..backends.base import ThreadmillTaskResult
-from ..exceptions import ServerUnreachable
-from ..outcome import error_of, mark_failed, record_abandoned, runs_alone
-from .config import EXIT_FAILED, EXIT_RECYCLED, WorkerConfig
+from ..backends.base import ThreadmillTaskResult, time_limit_s
+from ..exceptions import ServerUnreachable, TaskTimeout
+from ..outcome import error_of, mark_failed, record_abandoned, retry_delay, runs_alone
+from .config import EXIT_FAILED, EXIT_RECYCLED, EXIT_TIMED_OUT, WorkerConfig
 from .executor import Executor, Outcome
 from .prefetch import Prefetch
+from .watchdog import Armed, Watchdog
 
 if TYPE_CHECKING:
     from ..backends.redis import RedisTaskBackend
@@ -133,7 +138,7 @@ class Work:
 class WorkerProcess:
     """Leases tasks into a buffer, runs them on consumer threads and acknowledges them."""
 
-    def __init__(self, backend: RedisTaskBackend, config: WorkerConfig, name: str) -> None:
+    def __init__(self, backend: RedisTaskBackend, config: WorkerConfig, name: str, kill_at=None) -> None:
         self.backend = backend
         self.config = config
         self.name = name
@@ -165,6 +170,13 @@ class WorkerProcess:
         #: Longest heartbeat gap after which buffered leases are not trusted, seconds.
         self.trust_s = backend.config.worker_timeout * HEARTBEAT_TRUST_SHARE
         self.finished = threading.Event()
+        #: Time limit of a task with none of its own (the alias's `task_timeout`), seconds or None.
+        self.default_limit_s = backend.config.task_timeout
+        self.watchdog = Watchdog(backend.config.timeout_grace, self._give_up, kill_at)
+        #: Set when a task outlived its limit and grace: the process exits to be replaced.
+        self.timed_out = False
+        #: Why tasks still running at the shutdown deadline are interrupted, as recorded on them.
+        self._interrupted_because = ""
         self._shutdown_at = float("inf")
         self._outcomes_since = 0.0
         self._next_fetch_at = 0.0
@@ -190,7 +202,9 @@ class WorkerProcess:
         sender = type(self.backend)
         self.consumers_alive = self.config.threads
         threads = [
-            threading.Thread(target=self._consume, args=(Executor(sender),), name=f"consumer-{i}", daemon=True)
+            threading.Thread(
+                target=self._consume, args=(Executor(sender, self.watchdog),), name=f"consumer-{i}", daemon=True
+            )
             for i in range(1, self.config.threads + 1)
         ]
         threads.append(threading.Thread(target=self._fetch, name="fetcher", daemon=True))
@@ -235,7 +249,9 @@ class WorkerProcess:
     @property
     def exit_code(self) -> int:
         """The process's exit code once `finished` is set."""
-        return EXIT_FAILED if self.failed else EXIT_RECYCLED if self.recycled else 0
+        if self.failed:
+            return EXIT_FAILED
+        return EXIT_TIMED_OUT if self.timed_out else EXIT_RECYCLED if self.recycled else 0
 
     def _enter(self, phase: Phase) -> None:
         """Move to `phase` (the lock held); the one place the phase changes."""
@@ -488,15 +504,41 @@ class WorkerProcess:
                 self.backend.requeue(outcome.result, run_after=outcome.retry_after)
 
     def _hand_back_interrupted(self, results: list[ThreadmillTaskResult]) -> None:
-        timeout = self.config.shutdown_timeout
+        because = (
+            self._interrupted_because
+            or f"stopped and interrupted this attempt after {self.config.shutdown_timeout:g} s"
+        )
         for result in results:
             interrupted = copy.copy(result)
             object.__setattr__(interrupted, "errors", list(result.errors))
-            record_abandoned(
-                interrupted, f"Worker {self.name} stopped and interrupted this attempt after {timeout:g} s."
-            )
+            record_abandoned(interrupted, f"Worker {self.name} {because}.")
             self.backend.requeue(interrupted)
-            logger.warning("Task %s was still running at the shutdown timeout; it goes back to ready.", result.id)
+            logger.warning("Task %s was still running at the shutdown deadline; it goes back to ready.", result.id)
+
+    def _give_up(self, armed: Armed) -> None:
+        """Replace this process: a task did not end `timeout_grace` after its limit (the watchdog's thread)."""
+        result, now = armed.result, time.monotonic()
+        with self._lock:
+            if self.running.pop(result.lease_token, None) is None:
+                return  # it ended, or was handed back, meanwhile
+            timed_out = copy.copy(result)
+            object.__setattr__(timed_out, "errors", list(result.errors))
+            message = (
+                f"Task {result.id} passed its time limit of {armed.limit_s:g} s and had not ended "
+                f"{self.watchdog.grace_s:g} s later; worker {self.name} was replaced."
+            )
+            mark_failed(timed_out, error_of(TaskTimeout(message)), datetime.now(UTC))
+            if not self.outcomes:
+                self._outcomes_since = now
+            self.outcomes.append(Outcome(timed_out, None, retry_delay(timed_out)))
+            self.timed_out = True
+            self._interrupted_because = f"was replaced after task {result.id} outlived its time limit"
+            self._shutdown_at = now
+            if self.phase is Phase.STOPPED:
+                return
+            if self.phase is not Phase.STOPPING:
+                self._enter(Phase.STOPPING)
+            self._has_work.notify()
 
     # -- the consumers ----------------------------------------------------------------
 
@@ -514,7 +556,8 @@ class WorkerProcess:
                             if not self._wait_for_tasks():
                                 return
                             executor.idle = True
-                        result = self._take_runnable(buffer.popleft())
+                        entry = self._take_runnable(buffer.popleft())
+                        result = None if entry is None else entry.result
                     self.running[result.lease_token] = result
                     if runs_alone(result):
                         self._alone = result.lease_token
@@ -525,8 +568,12 @@ class WorkerProcess:
                 if result.worker_losses is not None and not self._record_start(result):
                     result = None
                     continue
+                limit_s = time_limit_s(result.task, self.default_limit_s)
+                if limit_s is not None and not self._cover_lease(result, entry.expires, limit_s):
+                    result = None
+                    continue
                 started = clock()
-                outcome = self._run(executor, result)
+                outcome = self._run(executor, result, limit_s)
                 ran_s = clock() - started
                 if result.worker_losses is not None:
                     self._record_finish(result)
@@ -543,15 +590,15 @@ class WorkerProcess:
                 self._has_work.notify()
             executor.close()
 
-    def _take_runnable(self, entry: Buffered) -> ThreadmillTaskResult | None:
-        """Return the buffered task to run, or None when its lease may be lost (it is handed back)."""
+    def _take_runnable(self, entry: Buffered) -> Buffered | None:
+        """Return `entry` when its task may run, or None when its lease may be lost (it is handed back)."""
         now = time.monotonic()
         if entry.epoch != self.trust_epoch or now - self.heartbeat_confirmed_at > self.trust_s:
             # The broker may have recovered it while this process was silent: never start it on trust.
             self._distrust_buffer(entry, now)
             return None
         if now < entry.expires:
-            return entry.result
+            return entry
         logger.warning("Task %s waited in the buffer past its lease; it is handed back, not run.", entry.result.id)
         self.unstarted.append(entry.result)
         self._has_work.notify()
@@ -606,12 +653,35 @@ class WorkerProcess:
         except Exception as e:  # noqa: BLE001 - unrecorded, the start could not be blamed exactly
             logger.warning("Recording the start of task %s failed (%s); it is handed back, not run.", result.id, e)
             unstarted = [result]
+        self._drop_unstarted(result, unstarted)
+        return False
+
+    def _cover_lease(self, result: ThreadmillTaskResult, expires: float, limit_s: float) -> bool:
+        """Make the lease outlast the run and its escalation; False when it must not run (dropped or handed back).
+
+        A run ends by its limit + grace, or the process is replaced; its supervisor kills it one
+        grace later still. Only a lease shorter than that costs a round trip.
+        """
+        cover_s = limit_s + 2 * self.watchdog.grace_s
+        if time.monotonic() + cover_s <= expires:
+            return True
+        try:
+            if self.backend.extend_lease(result, cover_s):
+                return True
+            logger.warning("Task %s was taken back before it started; it is not run here.", result.id)
+            unstarted = []
+        except Exception as e:  # noqa: BLE001 - without a lease that covers the run it must not start
+            logger.warning("Extending the lease of task %s failed (%s); it is handed back, not run.", result.id, e)
+            unstarted = [result]
+        self._drop_unstarted(result, unstarted)
+        return False
+
+    def _drop_unstarted(self, result: ThreadmillTaskResult, unstarted: list[ThreadmillTaskResult]) -> None:
         with self._lock:
             self.running.pop(result.lease_token, None)
             self.unstarted += unstarted
             self._has_work.notify()
             self._has_tasks.notify_all()
-        return False
 
     def _record_finish(self, result: ThreadmillTaskResult) -> None:
         try:
@@ -632,9 +702,9 @@ class WorkerProcess:
         if len(self.outcomes) >= self.ack_batch or self.phase is Phase.STOPPING:
             self._has_work.notify()
 
-    def _run(self, executor: Executor, result: ThreadmillTaskResult) -> Outcome:
+    def _run(self, executor: Executor, result: ThreadmillTaskResult, limit_s: float | None) -> Outcome:
         try:
-            return executor.run(result)
+            return executor.run(result, limit_s)
         except BaseException as e:  # noqa: BLE001 - a consumer thread outlives whatever its task raised
             # Only a failing signal receiver gets here; the task itself is already settled.
             logger.exception("Running task %s failed outside the task code.", result.id)

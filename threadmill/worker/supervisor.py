@@ -7,6 +7,8 @@ A child that dies young is respawned after a growing pause, so a broken broker i
 hammered. SIGTERM or Ctrl-C is passed on to the children, which hand their buffered tasks
 back and let running ones finish within `--shutdown-timeout`; a child still alive
 `SHUTDOWN_GRACE_S` after that is killed. A second SIGTERM or Ctrl-C stops everything at once.
+A child whose task outlived its time limit replaces itself (exit code `EXIT_TIMED_OUT`); one
+that cannot (every thread stuck) is killed at the moment it keeps in shared memory (`kill_at`).
 If the supervisor itself is killed, its children notice within a second and stop the same
 bounded way.
 """
@@ -19,7 +21,7 @@ import os
 import signal
 import time
 from multiprocessing.connection import wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
@@ -27,7 +29,7 @@ from ..backends.redis import RedisBroker
 from ..exceptions import ServerUnreachable
 from ..identity import WorkerName, new_incarnation
 from .child import HANDLED_SIGNALS, QUIET_SIGNAL, run_worker_process
-from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, WorkerConfig
+from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, EXIT_TIMED_OUT, WorkerConfig
 
 if TYPE_CHECKING:
     from ..backends.redis import RedisTaskBackend
@@ -52,6 +54,8 @@ class Supervisor:
         self.config = config
         self.broker = RedisBroker(backend, list(config.queues))
         self.children: dict[int, tuple[multiprocessing.Process, float]] = {}
+        #: Each slot's kill moment, monotonic seconds in shared memory its process keeps (infinity: none).
+        self.kill_at: dict[int, Any] = {}
         #: Each slot's worker process name (`host:pid:incarnation`), as its leases and heartbeats carry it.
         self.names: dict[int, str] = {}
         self.stopping = False
@@ -106,10 +110,11 @@ class Supervisor:
                 self._spawn(slot)
         if self.stopping and now >= self._kill_at:
             self._kill_children()
+        stuck_at = self._kill_stuck_children(now)
         if self.stopping:
-            deadlines = [self._kill_at]
+            deadlines = [self._kill_at, stuck_at]
         else:
-            deadlines = [self._next_broker_pass, *self._respawn_at.values()]
+            deadlines = [self._next_broker_pass, stuck_at, *self._respawn_at.values()]
             if self.broker.next_due_at is not None:
                 deadlines.append(self.broker.next_due_at)
         timeout = None if min(deadlines) == float("inf") else max(0.0, min(deadlines) - time.monotonic())
@@ -162,9 +167,10 @@ class Supervisor:
         connections.close_all()
         # Chosen here, so this supervisor knows the child's name for operators' commands.
         incarnation = new_incarnation()
+        kill_at = self._context.RawValue("d", float("inf"))
         process = self._context.Process(
             target=run_worker_process,
-            args=(self.config, os.getpid(), incarnation),
+            args=(self.config, os.getpid(), incarnation, kill_at),
             name=f"threadmill-worker-{slot}",
         )
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
@@ -173,6 +179,7 @@ class Supervisor:
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
         self.children[slot] = (process, time.monotonic())
+        self.kill_at[slot] = kill_at
         self.names[slot] = str(WorkerName.for_process(incarnation, process.pid))
 
     def _collect(self) -> None:
@@ -186,7 +193,31 @@ class Supervisor:
                 continue
             self._schedule_respawn(slot, process.pid, code, lived)
 
+    def _kill_stuck_children(self, now: float) -> float:
+        """SIGKILL each child past its kill moment (a task outlived its limit, it could not exit); return the next."""
+        soonest = float("inf")
+        for slot, (process, _) in self.children.items():
+            kill_at = self.kill_at[slot]
+            if now >= kill_at.value and process.pid is not None:
+                logger.error(
+                    "Worker process %s did not replace itself after a task outlived its time limit; killing it.",
+                    process.pid,
+                )
+                kill_at.value = float("inf")
+                try:
+                    os.kill(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            soonest = min(soonest, kill_at.value)
+        return soonest
+
     def _schedule_respawn(self, slot: int, pid: int | None, code: int | None, lived: float) -> None:
+        if code == EXIT_TIMED_OUT:
+            logger.warning(
+                "Worker process %s replaced itself after a task outlived its time limit; respawning it.", pid
+            )
+            self._respawn_at[slot] = 0.0
+            return
         if code == EXIT_RECYCLED:
             logger.info("Worker process %s recycled after its task budget; replacing it.", pid)
             self._respawn_at[slot] = 0.0
