@@ -124,6 +124,8 @@ class TelemetryPublisher:
             "buffered": [entry.result.id for entry in list(process.buffer)],
             "buffer_fill": len(process.buffer),
             "buffer_size": process.size,
+            "prefetch": "auto" if process.prefetch.auto else process.prefetch.count,
+            "task_run_seconds": process.prefetch.run_s,
             "tasks_done": process.done,
             "tasks_per_minute": round(self._rate(now, process.done), 1),
             "cpu_percent": self._psutil.cpu_percent(None),

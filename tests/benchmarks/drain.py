@@ -157,7 +157,7 @@ def threadmill_queue(
 
 def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderTest]:
     variants = [
-        threadmill_queue("threadmill", [], "default prefetch (4 x threads)", depth),
+        threadmill_queue("threadmill", [], "default prefetch (auto: sized by time)", depth),
         threadmill_queue("threadmill --prefetch-count 1", ["--prefetch-count", "1"], "no batching", depth),
     ]
     # How the pool scales on this machine: a second process, or four threads in one.

@@ -110,7 +110,9 @@ def _script_calls(backend) -> int:
     return stats.get("cmdstat_evalsha", {}).get("calls", 0) + stats.get("cmdstat_eval", {}).get("calls", 0)
 
 
-@pytest.mark.parametrize(("prefetch", "calls_per_task"), [("0", (0.25, 0.35)), ("1", (1.0, 1.2))])
+@pytest.mark.parametrize(
+    ("prefetch", "calls_per_task"), [("auto", (0.005, 0.06)), ("4", (0.25, 0.35)), ("1", (1.0, 1.2))]
+)
 def test_a_drain_costs_one_acquire_per_batch_and_few_acknowledgements(backend, prefetch, calls_per_task):
     for i in range(400):
         tasks.echo.enqueue(i)
@@ -121,7 +123,8 @@ def test_a_drain_costs_one_acquire_per_batch_and_few_acknowledgements(backend, p
     )
 
     assert segment_counts(backend)[Segment.SUCCESSFUL] == 400
-    # A fetch of 4 costs one acquire; acknowledgements go out in batches apart from fetching.
+    # A fetch costs one acquire, of 4 or of 1, or sized by time hundreds of echo tasks after the
+    # first 4; acknowledgements go out in batches apart from fetching.
     fewest, most = calls_per_task
     assert 400 * fewest <= _script_calls(backend) <= 400 * most
 
@@ -382,7 +385,9 @@ def test_telemetry_publishes_running_snapshots_and_a_final_stopped_one(backend, 
     stopped = wait_until(lambda: snapshot_in("stopped"), "the stopped snapshot arrives", 10)
 
     assert first["pid"] == running["pid"] == stopped["pid"] == WorkerName.parse(running["worker"]).pid
-    assert (stopped["tasks_done"], stopped["threads"], stopped["busy_threads"], stopped["buffer_size"]) == (5, 2, 0, 8)
+    assert (stopped["tasks_done"], stopped["threads"], stopped["busy_threads"], stopped["prefetch"]) == (5, 2, 0, "auto")
+    # Sized by time: 4 per thread until a task ran, then at least one per thread.
+    assert first["buffer_size"] == 8 and 2 <= stopped["buffer_size"] <= 256 and stopped["task_run_seconds"] > 0
     assert running["queues"] == ["default"] and running["rss_bytes"] > 0 and running["tasks_per_minute"] > 0
     assert set(running) >= {"host", "buffer_fill", "cpu_percent", "started_at", "time", "backend"}
 
@@ -391,7 +396,14 @@ def test_telemetry_publishes_running_snapshots_and_a_final_stopped_one(backend, 
     ("args", "message"),
     [
         (["-w", "0"], "argument -w/--workers: must be a whole number of at least 1, not '0'"),
-        (["--prefetch-count", "-1"], "argument --prefetch-count: must be a whole number of at least 0, not '-1'"),
+        (["--prefetch-count", "-1"], "argument --prefetch-count: must be auto or a whole number of at least 1, not '-1'"),
+        (["--prefetch-count", "some"], "argument --prefetch-count: must be auto or a whole number of at least 1, not 'some'"),
+        (["--prefetch-window", "0"], "argument --prefetch-window: must be a number of seconds above 0, not '0'"),
+        (
+            ["--prefetch-window", "0.1", "--prefetch-count", "8"],
+            "CommandError: --prefetch-window sizes the buffer by time: it needs --prefetch-count auto, not a count.",
+        ),
+        (["--prefetch-window", "900"], "CommandError: --prefetch-window 900 is more than 0.1 of the backend's lease_ttl"),
         (["--threads", "many"], "argument -t/--threads: must be a whole number of at least 1, not 'many'"),
         (["--log-format", "xml"], "argument --log-format: invalid choice"),
         (["-q", "nowhere"], "CommandError: Unknown queue(s) nowhere; backend 'default' has default, emails, reports."),

@@ -32,7 +32,7 @@ from ..exceptions import BackendConnectionError, ServerUnreachable, UnreadableTa
 from ..identity import this_process_name
 from ..schedules import Schedule, parse_schedules
 from . import codec, layout
-from .aio import AsyncClients
+from .aio import AsyncClients, send_task_enqueued
 from .base import (
     UNREADABLE_PAYLOAD_ERRORS,
     Segment,
@@ -196,7 +196,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         keys, script_args = scripts.enqueue_call(task.queue_name, [prepared.entry], int(prepared.now // 60))
         await self.aio.run(scripts.enqueue_script, keys, script_args)
         result = self._new_result(task, prepared)
-        await task_enqueued.asend(type(self), task_result=result)
+        await send_task_enqueued(type(self), result)
         return result
 
     def enqueue_scheduled(

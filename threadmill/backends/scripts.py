@@ -110,12 +110,16 @@ def reusable(connection: redis.Connection) -> redis.Connection:
     1.5 us for redis-py's `connect()` and `can_read()` and 15 us for the call itself.
     """
     sock = getattr(connection, "_sock", None)  # None: not connected, send_command connects
-    if sock is not None:
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)  # POLLHUP and POLLERR are reported whatever the mask
-        if poller.poll(0):
-            connection.disconnect()
+    if sock is not None and polls_readable(sock):
+        connection.disconnect()
     return connection
+
+
+def polls_readable(sock: Any) -> bool:
+    """Whether a socket (anything with `fileno()`) has something to read now, its peer's close included."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)  # POLLHUP and POLLERR are reported whatever the mask
+    return bool(poller.poll(0))
 
 
 def _heartbeats(ages: Mapping[str, float] | None, settle_s: float | None = None) -> str:

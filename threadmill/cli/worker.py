@@ -14,12 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from ..logs import LOG_FORMATS, configure
-from ..worker.config import (
-    DEFAULT_PREFETCH_PER_THREAD,
-    DEFAULT_SHUTDOWN_TIMEOUT_S,
-    WorkerConfig,
-    default_process_count,
-)
+from ..worker.config import DEFAULT_SHUTDOWN_TIMEOUT_S, WorkerConfig, default_process_count
+from ..worker.prefetch import AUTO_MAX_SIZE, COLD_PER_THREAD, DEFAULT_WINDOW_S, LEASE_SHARE
 from ..worker.supervisor import Supervisor
 from .common import add_backend_argument, known_queues, seconds, threadmill_backend
 
@@ -40,6 +36,23 @@ def _whole_number(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _prefetch_count(text: str) -> int:
+    """Parse --prefetch-count: "auto" (0, the buffer sized by time) or a whole number of tasks."""
+    if text.strip().lower() == "auto":
+        return 0
+    try:
+        return _whole_number(0)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be auto or a whole number of at least 1, not {text!r}") from None
+
+
+def _prefetch_window(text: str) -> float:
+    value = seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
+    return value
 
 
 def _queue_list(text: str) -> list[str]:
@@ -77,11 +90,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prefetch-count",
-        type=_whole_number(0),
-        metavar="N",
+        type=_prefetch_count,
+        metavar="auto|N",
         default=0,
-        help=f"Tasks each worker process leases ahead of its threads (default and 0: {DEFAULT_PREFETCH_PER_THREAD} per thread). "
-        "1 fetches one task at a time.",
+        help="Tasks each worker process leases ahead of its threads. auto (the default; 0 means the same) sizes "
+        "the buffer by time: it holds about --prefetch-window of work by the process's moving average of task "
+        f"run time, at least 1 task per thread and at most {AUTO_MAX_SIZE} ({COLD_PER_THREAD} per thread until "
+        "a task has run), so fast tasks are leased hundreds at a time and slow ones one per thread. "
+        "N always leases N; 1 fetches one task at a time.",
+    )
+    parser.add_argument(
+        "--prefetch-window",
+        type=_prefetch_window,
+        metavar="SECONDS",
+        default=None,
+        help=f"With --prefetch-count auto: the work a buffer holds, in seconds of its threads' time (default: "
+        f"{DEFAULT_WINDOW_S:g}). At most {LEASE_SHARE:g} of the backend's lease_ttl.",
     )
     parser.add_argument(
         "--max-tasks",
@@ -140,7 +164,15 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     """Validate the options against the backend, then run the pool; return its exit code."""
     if options["max_tasks_jitter"] and options["max_tasks"] is None:
         raise CommandError("--max-tasks-jitter needs --max-tasks.")
+    window = options["prefetch_window"]
+    if window is not None and options["prefetch_count"]:
+        raise CommandError("--prefetch-window sizes the buffer by time: it needs --prefetch-count auto, not a count.")
     backend = threadmill_backend(options["backend"], options["wait_for_server"], command.stderr.write)
+    if window is not None and window > LEASE_SHARE * backend.config.lease_ttl:
+        raise CommandError(
+            f"--prefetch-window {window:g} is more than {LEASE_SHARE:g} of the backend's lease_ttl "
+            f"({backend.config.lease_ttl:g} s): buffered tasks would risk their lease. Give a shorter window."
+        )
     for schedule in backend.schedules:
         try:
             schedule.task()
@@ -152,6 +184,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         processes=options["workers"],
         threads=options["threads"],
         prefetch_count=options["prefetch_count"],
+        prefetch_window=DEFAULT_WINDOW_S if window is None else window,
         max_tasks=options["max_tasks"],
         max_tasks_jitter=options["max_tasks_jitter"],
         exit_empty=options["exit_empty"],

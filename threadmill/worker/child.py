@@ -58,7 +58,7 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int, incarnation: s
     process.start()
     telemetry.start()
     logger.info(
-        "Worker process %s started: %d threads, buffer of %d tasks.", process.name, config.threads, process.size
+        "Worker process %s started: %d threads, %s.", process.name, config.threads, process.prefetch.describe()
     )
     while not process.finished.wait(PARENT_CHECK_INTERVAL_S):
         if os.getppid() != supervisor_pid and stopping.first_request() and process.stop():

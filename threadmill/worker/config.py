@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-#: Prefetched tasks per consumer thread when `--prefetch-count` is not given.
-DEFAULT_PREFETCH_PER_THREAD = 4
+from .prefetch import DEFAULT_WINDOW_S
+
 #: Default seconds running tasks may take to finish after SIGTERM (below Kubernetes' 30 s grace period).
 DEFAULT_SHUTDOWN_TIMEOUT_S = 25.0
 #: Exit code of a worker process that stopped because it ran its `--max-tasks`.
@@ -30,15 +30,13 @@ class WorkerConfig:
     queues: tuple[str, ...] = ("default",)
     processes: int = 1
     threads: int = 1
+    #: Tasks each process leases ahead of its threads; 0 sizes the buffer by time (`prefetch.Prefetch`).
     prefetch_count: int = 0
+    #: Seconds of work a buffer sized by time holds.
+    prefetch_window: float = DEFAULT_WINDOW_S
     max_tasks: int | None = None
     max_tasks_jitter: int = 0
     exit_empty: bool = False
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     log_format: str = "json"
     verbosity: int = 1
-
-    @property
-    def buffer_size(self) -> int:
-        """Tasks a process leases ahead of its consumers: the prefetch count, or 4 per thread."""
-        return self.prefetch_count or DEFAULT_PREFETCH_PER_THREAD * self.threads

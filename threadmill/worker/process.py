@@ -1,10 +1,12 @@
 """One worker process: a fetcher thread, consumer threads and the bounded buffer between them.
 
 The **fetcher** is the only thread that talks to the server about tasks. Once half the buffer
-is free it leases as many tasks as there are free slots, in one acquire. It acknowledges
-finished tasks in one acknowledge_many call, apart from fetching: once `ACK_BATCH` are waiting,
-`ACK_DELAY_S` after the first of them finished, or at once when the consumers have nothing
-left to run. **Consumers** take tasks in lease order and never touch the server, so a fast
+is free it leases as many tasks as there are free slots, in one acquire. The buffer's size is
+fixed, or by default sized by time (`prefetch.Prefetch`: about `--prefetch-window` of work by
+the moving average of run time the consumers feed it). It acknowledges finished tasks in one
+acknowledge_many call, apart from fetching: once a batch is waiting (a buffer's worth when
+sized by time, else at least `ACK_BATCH`), `ACK_DELAY_S` after the first of them finished, or
+at once when the consumers have nothing left to run. **Consumers** take tasks in lease order and never touch the server, so a fast
 task costs a fraction of a round trip, except for a suspect (a task that was in a lost
 worker's lease): its consumer records the run's start and finish (`record_progress`), and one
 that would fail at its next lost worker runs alone (`runs_alone`), so that loss is its own.
@@ -68,6 +70,7 @@ from ..exceptions import ServerUnreachable
 from ..outcome import error_of, mark_failed, record_abandoned, runs_alone
 from .config import EXIT_FAILED, EXIT_RECYCLED, WorkerConfig
 from .executor import Executor, Outcome
+from .prefetch import Prefetch
 
 if TYPE_CHECKING:
     from ..backends.redis import RedisTaskBackend
@@ -80,6 +83,8 @@ ACK_DELAY_S = 0.02
 #: is decoupled from fetching: one call costs about as much CPU as three echo tasks, and
 #: batching it at 100 instead of at each 4-task fetch saved a third of the CPU per task.
 ACK_BATCH = 100
+#: Buffer size from which a lone consumer wakes the fetcher at the refill mark.
+WAKE_AT_REFILL_SIZE = 32
 #: First pause before calling an unreachable server again, seconds.
 RECONNECT_PAUSE_S = 0.05
 #: Longest such pause, seconds: short, so a drain resumes within seconds of the server's return.
@@ -132,15 +137,8 @@ class WorkerProcess:
         self.backend = backend
         self.config = config
         self.name = name
-        self.size = config.buffer_size
-        #: Free slots that trigger a fetch. Refilling at half empty, not at every free slot,
-        #: keeps batches large: a fetch costs about as much CPU as running four echo tasks.
-        self.refill_at = max(1, self.size // 2)
-        self.ack_batch = max(ACK_BATCH, self.size)
-        #: A lone consumer holds the GIL until it runs dry, so the fetcher could not refill
-        #: early anyway: its idle wake-up is the one per batch. An extra wake-up at the refill
-        #: mark cost about a fifth more CPU per echo task. Several consumers need the early refill.
-        self._wake_at_refill = config.threads > 1
+        self.prefetch = Prefetch(config.threads, config.prefetch_count, config.prefetch_window, backend.config.lease_ttl)
+        self._resize()
         self.budget = (
             None if config.max_tasks is None else config.max_tasks + random.randint(0, config.max_tasks_jitter)
         )
@@ -341,10 +339,25 @@ class WorkerProcess:
             return 0
         if now - self.heartbeat_confirmed_at > self.trust_s:
             return 0  # the broker may take what it leases now; the next confirmed heartbeat wakes the fetcher
+        if self.prefetch.auto:
+            self._resize()
         free = self.size - len(self.buffer)
         if free < self.refill_at:
             return 0
         return free if self.budget is None else min(free, self.budget)
+
+    def _resize(self) -> None:
+        """Follow the prefetch's size (the lock held): the refill mark and the acknowledgement batch with it."""
+        self.size = self.prefetch.resize()
+        #: Free slots that trigger a fetch. Refilling at half empty, not at every free slot,
+        #: keeps batches large: a fetch costs about as much CPU as running four echo tasks.
+        self.refill_at = max(1, self.size // 2)
+        # Sized by time, a batch is a buffer's worth: slow tasks are acknowledged one by one at once.
+        self.ack_batch = self.size if self.prefetch.auto else max(ACK_BATCH, self.size)
+        # Several consumers need the early refill. A lone one with a small buffer runs it dry
+        # before the fetcher gets the GIL anyway, and a wake-up per few tasks cost about a fifth
+        # more CPU per echo task; with a large one, the wake-up is rare and hides the acquire.
+        self._wake_at_refill = self.config.threads > 1 or self.size >= WAKE_AT_REFILL_SIZE
 
     def _settled(self) -> bool:
         """Whether a draining or stopping process has nothing left to run, acknowledge or hand back."""
@@ -427,7 +440,8 @@ class WorkerProcess:
 
     def _lease(self, count: int) -> None:
         token_base = os.urandom(6).hex()
-        expires = time.monotonic() + self.backend.config.lease_ttl
+        sent_at = time.monotonic()
+        expires = sent_at + self.backend.config.lease_ttl
         epoch = self.trust_epoch
         try:
             results = self.backend.acquire(*self.config.queues, count=count, worker=self.name, token_base=token_base)
@@ -435,7 +449,9 @@ class WorkerProcess:
             # The server may have run the call and leased tasks whose reply was lost.
             self._unanswered.append(token_base)
             raise
+        answered_at = time.monotonic()
         with self._lock:
+            self.prefetch.acquired(answered_at - sent_at)
             if self.budget is not None and len(results) < count:
                 self.budget += count - len(results)
             self.unsettled += len(results)
@@ -485,12 +501,13 @@ class WorkerProcess:
     # -- the consumers ----------------------------------------------------------------
 
     def _consume(self, executor: Executor) -> None:
-        lock, buffer, outcome, result = self._lock, self.buffer, None, None
+        lock, buffer, outcome, result, ran_s = self._lock, self.buffer, None, None, 0.0
+        clock = time.perf_counter
         try:
             while True:
                 with lock:
                     if outcome is not None:
-                        self._finish(outcome)
+                        self._finish(outcome, ran_s)
                     outcome = result = None
                     while result is None:
                         if not buffer or self._held_back():
@@ -508,7 +525,9 @@ class WorkerProcess:
                 if result.worker_losses is not None and not self._record_start(result):
                     result = None
                     continue
+                started = clock()
                 outcome = self._run(executor, result)
+                ran_s = clock() - started
                 if result.worker_losses is not None:
                     self._record_finish(result)
         finally:
@@ -516,7 +535,7 @@ class WorkerProcess:
                 self.consumers_alive -= 1
                 self._has_tasks.notify_all()  # It may have run alone.
                 if outcome is not None:
-                    self._finish(outcome)
+                    self._finish(outcome, ran_s)
                 elif result is not None and self.running.pop(result.lease_token, None) is not None:
                     # Not reached by task code (its BaseExceptions are outcomes): the broker recovers it.
                     logger.error("Task %s stopped its consumer thread; its lease is left to the broker.", result.id)
@@ -600,9 +619,10 @@ class WorkerProcess:
         except Exception as e:  # noqa: BLE001 - a lost worker then blames this run, as it would without a record
             logger.warning("Recording the finish of task %s failed: %s", result.id, e)
 
-    def _finish(self, outcome: Outcome) -> None:
+    def _finish(self, outcome: Outcome, ran_s: float) -> None:
         if self.running.pop(outcome.result.lease_token, None) is None:
             return  # handed back at the shutdown deadline; the process is exiting
+        self.prefetch.task_ran(ran_s)
         if outcome.result.lease_token == self._alone:
             self._has_tasks.notify_all()
         self.done += 1

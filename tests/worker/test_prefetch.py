@@ -1,0 +1,108 @@
+"""The buffer sized by time: the arithmetic of `Prefetch`, and what a real process leases with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import tasks
+from threadmill.backends.redis import RedisTaskBackend
+from threadmill.telemetry import TelemetryPublisher
+from threadmill.worker.config import WorkerConfig
+from threadmill.worker.prefetch import AUTO_MAX_SIZE, COLD_PER_THREAD, Prefetch
+from threadmill.worker.process import WorkerProcess
+
+
+def _timed(prefetch: Prefetch, run_s: float, tasks_run: int = 50) -> int:
+    for _ in range(tasks_run):
+        prefetch.task_ran(run_s)
+    return prefetch.resize()
+
+
+def test_a_process_that_timed_nothing_leases_four_per_thread():
+    assert Prefetch(threads=3, count=0, window_s=0.02, lease_ttl_s=3600).resize() == COLD_PER_THREAD * 3
+
+
+def test_the_buffer_holds_the_window_of_work_between_one_per_thread_and_the_cap():
+    assert _timed(Prefetch(2, 0, window_s=0.02, lease_ttl_s=3600), run_s=0.001) == 40
+    assert _timed(Prefetch(2, 0, window_s=0.02, lease_ttl_s=3600), run_s=2.0) == 2
+    assert _timed(Prefetch(1, 0, window_s=0.02, lease_ttl_s=3600), run_s=0.00005) == AUTO_MAX_SIZE
+
+
+def test_the_average_follows_a_change_of_run_time_within_tens_of_tasks():
+    prefetch = Prefetch(1, 0, window_s=0.02, lease_ttl_s=3600)
+    assert _timed(prefetch, run_s=0.0001) == 200
+    assert _timed(prefetch, run_s=0.5, tasks_run=40) == 1
+
+
+def test_a_slow_round_trip_makes_the_buffer_hide_it():
+    prefetch = Prefetch(1, 0, window_s=0.02, lease_ttl_s=3600)
+    for _ in range(20):
+        prefetch.acquired(0.05)
+    # Refilled at half empty, the rest must last the 50 ms trip: 100 ms of 1 ms tasks.
+    assert _timed(prefetch, run_s=0.001) == 100
+
+
+def test_buffered_work_never_takes_more_than_a_tenth_of_the_lease():
+    prefetch = Prefetch(1, 0, window_s=5.0, lease_ttl_s=2.0)
+    assert _timed(prefetch, run_s=0.01) == 20
+
+
+def test_a_fixed_count_ignores_run_times():
+    prefetch = Prefetch(4, 3, window_s=0.02, lease_ttl_s=3600)
+    assert _timed(prefetch, run_s=2.0) == 3 and not prefetch.auto
+
+
+class RecordsAcquires(RedisTaskBackend):
+    """The real backend, keeping the count each acquire asked for."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.counts: list[int] = []
+
+    def acquire(self, *queue_names, count=1, **kwargs):
+        self.counts.append(count)
+        return super().acquire(*queue_names, count=count, **kwargs)
+
+
+def _drained(backend: RedisTaskBackend, **config) -> WorkerProcess:
+    process = WorkerProcess(backend, WorkerConfig(queues=("default",), exit_empty=True, **config), "h:1:a")
+    process.start()
+    assert process.finished.wait(60), "the process did not drain"
+    assert process.exit_code == 0 and not process.holds_leases
+    return process
+
+
+def test_slow_tasks_are_leased_one_per_thread_once_timed(redis_url):
+    backend = RecordsAcquires("default", {"REDIS_URL": redis_url})
+    for _ in range(16):
+        backend.enqueue(tasks.sleep_for, [0.05], {})
+
+    process = _drained(backend, threads=2)
+
+    assert process.done == 16
+    first, *later = [count for count in backend.counts]
+    assert first == 2 * COLD_PER_THREAD and later and max(later) <= 2, backend.counts
+    snapshot = TelemetryPublisher(process).snapshot("running")
+    assert (snapshot["prefetch"], snapshot["buffer_size"]) == ("auto", 2)
+    assert snapshot["task_run_seconds"] == pytest.approx(0.05, abs=0.04)
+
+
+def test_fast_tasks_are_leased_up_to_the_cap(redis_url):
+    backend = RecordsAcquires("default", {"REDIS_URL": redis_url})
+    backend.enqueue_many(tasks.echo, [([i], {}) for i in range(700)])
+
+    # A long window, so a loaded machine's slow echo still asks for the cap.
+    process = _drained(backend, threads=1, prefetch_window=1.0)
+
+    assert process.done == 700
+    assert backend.counts[0] == COLD_PER_THREAD and max(backend.counts) == AUTO_MAX_SIZE, backend.counts
+    assert len(backend.counts) <= 8, backend.counts
+
+
+def test_an_explicit_count_is_what_every_acquire_asks_for(redis_url):
+    backend = RecordsAcquires("default", {"REDIS_URL": redis_url})
+    backend.enqueue_many(tasks.echo, [([i], {}) for i in range(30)])
+
+    process = _drained(backend, threads=1, prefetch_count=3)
+
+    assert process.done == 30 and max(backend.counts) == 3
