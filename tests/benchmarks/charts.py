@@ -176,8 +176,8 @@ def render_remote(figures: dict[str, Any], path: Path) -> Path:
     handles, labels = rate_ax.get_legend_handles_labels()
     rate_ax.legend(handles, [f"{m} (the queue's colour)" if m == remote else m for m in labels],
                    loc="lower left", bbox_to_anchor=(0, 1), ncols=3, fontsize=8, frameon=False)  # fmt: skip
-    shares = [queues[n][f"paired_share_{remote.replace(' ', '_')}"] * 100 for n in names]
-    bare = [queues[n]["paired_share_proxy_0_ms"] * 100 for n in names]
+    shares = [queues[n]["paired_shares"][f"{remote} / local"] * 100 for n in names]
+    bare = [queues[n]["paired_shares"][f"{modes[1]} / local"] * 100 for n in names]
     bars = share_ax.barh(y, shares, 0.5, color=[colour(n) for n in names])
     share_ax.scatter(bare, y, marker="D", color="#24292f", zorder=3, label="through the forwarder adding 0 ms")
     texts = [f"{s:.0f}% remote · {b:.0f}% at 0 ms" for s, b in zip(shares, bare, strict=True)]
