@@ -43,8 +43,8 @@ def parse() -> argparse.Namespace:
         "--tasks",
         type=int,
         default=None,
-        help="tasks per backend, drain, remote and enqueue measurement (default 20,000; 5,000 for remote, "
-        "celery's capped at 2,500 there; 2,000 for faults)",
+        help="tasks per backend, drain, remote and enqueue measurement (default 20,000; 10,000 for remote, "
+        "where dramatiq's are capped at 5,000 and celery's at 2,500; 2,000 for faults)",
     )
     parser.add_argument("--repeats", type=int, default=None, help="repeats per figure; the median is reported")
     parser.add_argument(
