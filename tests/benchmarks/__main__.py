@@ -1,4 +1,4 @@
-"""Run the benchmarks: `python -m tests.benchmarks [NAME ...]`, NAME one of BENCHMARKS or `charts`.
+"""Run the benchmarks: `python -m tests.benchmarks [NAME ...]`, each NAME a benchmark listed below or `charts`.
 
 With no name it runs every benchmark but `faults` and `cluster`, then renders the charts. `charts` alone
 re-renders the charts from the JSON results without measuring anything.
