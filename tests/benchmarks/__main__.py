@@ -59,6 +59,13 @@ def parse() -> argparse.Namespace:
         default="128",
         help="comma-separated extra --prefetch-count values to drain threadmill with, as diagnostics (default 128)",
     )
+    parser.add_argument(
+        "--order",
+        choices=("interleaved", "fast-first"),
+        default="interleaved",
+        help="fairness: ten fast tasks then one slow, repeated (default), or every fast one first, a diagnostic "
+        "written to results/fairness-fast-first.json",
+    )
     parser.add_argument("--samples", type=int, default=30, help="probe tasks per queue for idle and deferred")
     parser.add_argument("--seed", type=int, default=9, help="seed of the idle gaps and deferred leads")
     parser.add_argument(
@@ -127,7 +134,7 @@ def main() -> None:
     if "fairness" in args.benchmarks:
         from . import fairness
 
-        fairness.run(repeats=args.repeats or 3, peer_names=peers_for("fairness", args.peers))
+        fairness.run(repeats=args.repeats or 3, peer_names=peers_for("fairness", args.peers), order=args.order)
     if "idle" in args.benchmarks:
         from . import latency
 

@@ -123,7 +123,7 @@ def read_line(process: subprocess.Popen, timeout: float, what: str) -> str:
     return line
 
 
-def run_once(ctx: Context, row: Row) -> dict[str, Any]:
+def run_once(ctx: Context, row: Row, order: str) -> dict[str, Any]:
     """Fill the queue, run the pool until every task finished, and return the row's figures."""
     ctx.client.flushall()
     runs_client = ctx.db(FAIRNESS_DB)
@@ -131,8 +131,8 @@ def run_once(ctx: Context, row: Row) -> dict[str, Any]:
     expected = len(naps.workload()) + 1
     log_path = ctx.scratch / f"{row.name.replace(' ', '_')}.log"
     filler = subprocess.Popen(
-        [sys.executable, "-m", "tests.benchmarks.naps", row.system], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        text=True, start_new_session=True,
+        [sys.executable, "-m", "tests.benchmarks.naps", row.system, "--order", order], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     with open(log_path, "w") as log:
         try:
@@ -188,8 +188,12 @@ def figures_of(runs: dict[str, tuple[float, float, int]], sent: dict[str, float]
 # -- the run ------------------------------------------------------------------------------
 
 
-def run(repeats: int = 3, peer_names: list[str] | None = None) -> dict[str, Any]:
-    """Run every row `repeats` times, interleaved, and print and write the medians."""
+def run(repeats: int = 3, peer_names: list[str] | None = None, order: str = naps.ORDERS[0]) -> dict[str, Any]:
+    """Run every row `repeats` times, interleaved, and print and write the medians.
+
+    The tasks are interleaved unless `order` is `fast-first`, a diagnostic whose figures go to
+    results/fairness-fast-first.json, beside the chart's and the README's fairness.json.
+    """
     peer_names = DEFAULT_PEERS if peer_names is None else peer_names
     rows, skipped = [], {}
     for row in rows_under_test(peer_names):
@@ -204,7 +208,7 @@ def run(repeats: int = 3, peer_names: list[str] | None = None) -> dict[str, Any]
         ctx = Context(server, scratch)
         for repeat in range(repeats):
             for row in rows:
-                figures = run_once(ctx, row)
+                figures = run_once(ctx, row, order)
                 runs[row.name].append(figures)
                 print(
                     f"[{repeat + 1}/{repeats}] {row.name}: makespan {figures['makespan_s']:.2f} s "
@@ -221,7 +225,7 @@ def run(repeats: int = 3, peer_names: list[str] | None = None) -> dict[str, Any]
         "processes": PROCESSES,
         "threads": THREADS,
         "workload": {
-            "fast": naps.FAST_PER_SLOW * naps.ROUNDS, "fast_s": naps.FAST_S, "slow": naps.ROUNDS,
+            "order": order, "fast": naps.FAST_PER_SLOW * naps.ROUNDS, "fast_s": naps.FAST_S, "slow": naps.ROUNDS,
             "slow_s": naps.SLOW_S, "urgent_s": naps.URGENT_S, "urgent_after_first_start_s": naps.URGENT_AFTER_S,
             "total_work_s": round(naps.total_work_s(), 3),
         },  # fmt: skip
@@ -230,7 +234,8 @@ def run(repeats: int = 3, peer_names: list[str] | None = None) -> dict[str, Any]
         "skipped": skipped,
     }
     print_fairness(figures)
-    print(f"\nwrote {report.write_results('fairness', figures)}")
+    name = "fairness" if order == naps.ORDERS[0] else f"fairness-{order}"
+    print(f"\nwrote {report.write_results(name, figures)}")
     return figures
 
 
@@ -255,7 +260,7 @@ def print_fairness(figures: dict[str, Any]) -> None:
     work = figures["workload"]
     report.print_table(
         f"fairness, {figures['processes']} processes x {figures['threads']} thread, {work['fast']} tasks of "
-        f"{work['fast_s'] * 1e3:g} ms and {work['slow']} of {work['slow_s'] * 1e3:g} ms, "
+        f"{work['fast_s'] * 1e3:g} ms and {work['slow']} of {work['slow_s'] * 1e3:g} ms {work['order']}, "
         f"ideal {figures['ideal_s']:.2f} s ({figures['server']}, median of {figures['repeats']})",
         ["queue", "makespan", "runs", "makespan / ideal", "one process idle at the end", "priority task's start delay",
          "runs"],

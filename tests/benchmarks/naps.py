@@ -6,8 +6,8 @@ id (`time.time()`, this machine's clock) to a hash in a database of its own
 (`peers.FAIRNESS_DB`) with one command. The fairness benchmark reads its makespan and the
 priority task's start from that hash, the same way for every queue.
 
-`python -m tests.benchmarks.naps SYSTEM` fills the queue of SYSTEM with the fast and slow
-tasks, interleaved, and prints `filled`; then it waits for the first task to start, and
+`python -m tests.benchmarks.naps SYSTEM [--order fast-first]` fills the queue of SYSTEM with
+the fast and slow tasks, interleaved (or every fast one first), and prints `filled`; then it waits for the first task to start, and
 one second after that start enqueues the priority task and prints when it did, as JSON.
 """
 
@@ -26,6 +26,8 @@ FAST_PER_SLOW = 10
 ROUNDS = 40
 FAST_S = 0.001
 SLOW_S = 0.250
+#: How the fast and slow tasks are ordered: ten fast then one slow, repeated, or every fast one first.
+ORDERS = ("interleaved", "fast-first")
 #: The priority task's duration, and when it is enqueued: this long after the first task started.
 URGENT_S = 0.001
 URGENT_AFTER_S = 1.0
@@ -57,13 +59,13 @@ def nap(token: str, seconds: float) -> None:
     _runs_client().hset(RUNS_KEY, token, json.dumps([started, finished, os.getpid()]))
 
 
-def workload() -> list[tuple[str, float]]:
+def workload(order: str = "interleaved") -> list[tuple[str, float]]:
     """Return the tokens and durations of the tasks enqueued before the worker starts, in order."""
-    tasks = []
-    for round_ in range(ROUNDS):
-        tasks += [(f"fast-{round_ * FAST_PER_SLOW + i}", FAST_S) for i in range(FAST_PER_SLOW)]
-        tasks.append((f"slow-{round_}", SLOW_S))
-    return tasks
+    fast = [(f"fast-{i}", FAST_S) for i in range(FAST_PER_SLOW * ROUNDS)]
+    slow = [(f"slow-{i}", SLOW_S) for i in range(ROUNDS)]
+    if order == "fast-first":
+        return fast + slow
+    return [task for r in range(ROUNDS) for task in (*fast[r * FAST_PER_SLOW : (r + 1) * FAST_PER_SLOW], slow[r])]
 
 
 def total_work_s() -> float:
@@ -105,12 +107,12 @@ def sender(system: str) -> Sender:
     raise ValueError(f"Unknown system {system!r}.")
 
 
-def fill_and_send_urgent(system: str) -> dict[str, float]:
+def fill_and_send_urgent(system: str, order: str) -> dict[str, float]:
     """Enqueue the workload, wait for its first start, then enqueue the priority task on time."""
     send = sender(system)
     client = _runs_client()
     client.delete(RUNS_KEY)
-    for token, seconds in workload():
+    for token, seconds in workload(order):
         send(token, seconds, False)
     print("filled", flush=True)
     deadline = time.monotonic() + FIRST_START_TIMEOUT_S
@@ -128,7 +130,9 @@ def fill_and_send_urgent(system: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.naps", description=__doc__)
     parser.add_argument("system", choices=["threadmill", "celery", "dramatiq"])
-    print(json.dumps(fill_and_send_urgent(parser.parse_args().system)), flush=True)
+    parser.add_argument("--order", choices=ORDERS, default=ORDERS[0])
+    args = parser.parse_args()
+    print(json.dumps(fill_and_send_urgent(args.system, args.order)), flush=True)
 
 
 if __name__ == "__main__":
