@@ -44,11 +44,14 @@ from .server import server_version, valkey
 DEFAULT_DEPTH = 10_000
 #: Fewer tasks for the peers, which drain at 250 to 700 a second remote: their drains stay under 10 s.
 DEPTH_CAPS = {"dramatiq": 5_000, "celery": 2_500}
-#: Added each way, milliseconds: about a round trip within one cloud zone.
+#: Added each way, milliseconds: about one hop within a cloud zone.
 REMOTE_DELAY_MS = 0.25
 #: How the worker reaches the server in each drain: straight, or through a forwarder of this delay (ms).
 MODES: dict[str, float | None] = {"local": None, "proxy 0 ms": 0.0, f"proxy {REMOTE_DELAY_MS:g} ms": REMOTE_DELAY_MS}
+#: The remote mode.
 REMOTE = f"proxy {REMOTE_DELAY_MS:g} ms"
+#: The paired shares reported: (mode, baseline), each the median of mode's rate over baseline's in the same repeat.
+SHARES = (("proxy 0 ms", "local"), (REMOTE, "local"), (REMOTE, "proxy 0 ms"))
 #: PINGs timed through each path to report the round trip it adds.
 ROUND_TRIP_PINGS = 1_000
 DEFAULT_PEERS = ["dramatiq", "celery"]
@@ -112,8 +115,11 @@ def run(depth: int = DEFAULT_DEPTH, repeats: int = 3, peer_names: list[str] | No
     runs: dict[str, dict[str, list]] = {q.name: {mode: [] for mode in MODES} for q in queues}
     with valkey() as server:
         ctx = Context(server, scratch)
-        proxies = {mode: DelayProxy(server.port, delay) for mode, delay in MODES.items() if delay is not None}
+        proxies: dict[str, DelayProxy] = {}
         try:
+            for mode, delay in MODES.items():
+                if delay is not None:
+                    proxies[mode] = DelayProxy(server.port, delay)
             round_trips = {"local": round_trip_us(server.port)}
             round_trips.update({mode: round_trip_us(proxy.port) for mode, proxy in proxies.items()})
             print("PING round trip: " + ", ".join(f"{m} {us:,.0f} us" for m, us in round_trips.items()), flush=True)
@@ -146,10 +152,6 @@ def run(depth: int = DEFAULT_DEPTH, repeats: int = 3, peer_names: list[str] | No
     print_remote(figures)
     print(f"\nwrote {report.write_results('remote', figures)}")
     return figures
-
-
-#: The paired shares reported: (mode, baseline), each the median of mode's rate over baseline's in the same repeat.
-SHARES = (("proxy 0 ms", "local"), (REMOTE, "local"), (REMOTE, "proxy 0 ms"))
 
 
 def summarise_modes(queue: QueueUnderTest, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
