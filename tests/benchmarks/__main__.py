@@ -1,4 +1,4 @@
-"""Run the benchmarks: `python -m tests.benchmarks [backend] [drain] [idle] [deferred] [enqueue] [faults] [cluster] [charts]`.
+"""Run the benchmarks: `python -m tests.benchmarks [NAME ...]`, each NAME a benchmark listed below or `charts`.
 
 With no name it runs every benchmark but `faults` and `cluster`, then renders the charts. `charts` alone
 re-renders the charts from the JSON results without measuring anything.
@@ -9,13 +9,16 @@ from __future__ import annotations
 import argparse
 import signal
 
-BENCHMARKS = ("backend", "drain", "idle", "deferred", "enqueue", "faults", "cluster")
+BENCHMARKS = ("backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "faults", "cluster")
 #: What runs when no benchmark is named; the fault table takes minutes of real outages and the
-#: cluster drain starts a cluster of its own, so both only on request.
-DEFAULT_BENCHMARKS = ("backend", "drain", "idle", "deferred", "enqueue", "charts")
+#: cluster drain starts a cluster of its own, so both only on request. The remote drain and the
+#: fairness rows take about three minutes each at the default repeats, so they stay in.
+DEFAULT_BENCHMARKS = ("backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "charts")
 #: Peers each benchmark knows; --peers picks among them and each benchmark takes the ones it knows.
 KNOWN_PEERS = {
     "drain": ("dramatiq", "celery", "django-tasks-db", "django-tasks-rq"),
+    "remote": ("dramatiq", "celery"),
+    "fairness": ("celery", "dramatiq"),
     "idle": ("celery", "dramatiq", "huey", "rq"),
     "deferred": ("celery", "dramatiq", "huey", "rq"),
     "enqueue": ("dramatiq", "celery", "huey", "rq"),
@@ -40,7 +43,8 @@ def parse() -> argparse.Namespace:
         "--tasks",
         type=int,
         default=None,
-        help="tasks per backend, drain and enqueue measurement (default 20,000; 2,000 for faults)",
+        help="tasks per backend, drain, remote and enqueue measurement (default 20,000; 10,000 for remote, "
+        "where dramatiq's are capped at 5,000 and celery's at 2,500; 2,000 for faults)",
     )
     parser.add_argument("--repeats", type=int, default=None, help="repeats per figure; the median is reported")
     parser.add_argument(
@@ -48,12 +52,19 @@ def parse() -> argparse.Namespace:
         default=None,
         help="comma-separated peers to measure beside threadmill, each benchmark taking those it knows "
         "(default: drain dramatiq,celery,django-tasks-db,django-tasks-rq; idle and deferred celery,dramatiq,huey,rq; "
-        "enqueue dramatiq,celery; an empty string measures threadmill alone)",
+        "enqueue, remote and fairness dramatiq,celery; an empty string measures threadmill alone)",
     )
     parser.add_argument(
         "--prefetch",
         default="128",
         help="comma-separated extra --prefetch-count values to drain threadmill with, as diagnostics (default 128)",
+    )
+    parser.add_argument(
+        "--order",
+        choices=("interleaved", "fast-first"),
+        default="interleaved",
+        help="fairness: ten fast tasks then one slow, repeated (default), or every fast one first, a diagnostic "
+        "written to results/fairness-fast-first.json",
     )
     parser.add_argument("--samples", type=int, default=30, help="probe tasks per queue for idle and deferred")
     parser.add_argument("--seed", type=int, default=9, help="seed of the idle gaps and deferred leads")
@@ -84,7 +95,8 @@ def parse() -> argparse.Namespace:
         if strangers:
             parser.error(f"unknown peer {', '.join(sorted(strangers))}; choose from {', '.join(sorted(known))}")
     # Charts follow any measurement of what they plot.
-    if not everything and {"drain", "idle"} & set(args.benchmarks) and "charts" not in args.benchmarks:
+    charted = {"drain", "remote", "fairness", "idle"}
+    if not everything and charted & set(args.benchmarks) and "charts" not in args.benchmarks:
         args.benchmarks.append("charts")
     return args
 
@@ -111,6 +123,18 @@ def main() -> None:
             peer_names=peers_for("drain", args.peers),
             extra_prefetch=extra,
         )
+    if "remote" in args.benchmarks:
+        from . import remote
+
+        remote.run(
+            depth=args.tasks or remote.DEFAULT_DEPTH,
+            repeats=args.repeats or 3,
+            peer_names=peers_for("remote", args.peers),
+        )
+    if "fairness" in args.benchmarks:
+        from . import fairness
+
+        fairness.run(repeats=args.repeats or 3, peer_names=peers_for("fairness", args.peers), order=args.order)
     if "idle" in args.benchmarks:
         from . import latency
 

@@ -141,23 +141,26 @@ def threadmill_worker(workers: int = 1, threads: int = 1) -> list[str]:
     return ["manage.py", "threadmill", "worker", "--exit-empty", *shape, "-q", "default"]
 
 
+def threadmill_queue(
+    name: str, arguments: list[str], note: str, depth: int, workers: int = 1, threads: int = 1
+) -> QueueUnderTest:
+    """Return a threadmill row: a pool of `workers` x `threads` run with `arguments`."""
+    return QueueUnderTest(
+        name=name,
+        system="threadmill",
+        worker=[*threadmill_worker(workers, threads), *arguments],
+        finished=threadmill_finished,
+        depth=depth,
+        settings="tests.settings",
+        exits_when_drained=True,
+        note=note,
+    )
+
+
 def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderTest]:
-    command = threadmill_worker()
-    common = {
-        "system": "threadmill",
-        "finished": threadmill_finished,
-        "depth": depth,
-        "settings": "tests.settings",
-        "exits_when_drained": True,
-    }
     variants = [
-        QueueUnderTest(name="threadmill", worker=command, note="default prefetch (auto: sized by time)", **common),
-        QueueUnderTest(
-            name="threadmill --prefetch-count 1",
-            worker=[*command, "--prefetch-count", "1"],
-            note="no batching",
-            **common,
-        ),
+        threadmill_queue("threadmill", [], "default prefetch (auto: sized by time)", depth),
+        threadmill_queue("threadmill --prefetch-count 1", ["--prefetch-count", "1"], "no batching", depth),
     ]
     # The cost of a time limit: every task armed on the watchdog (the lease outlasts it: no round trip).
     variants.append(
@@ -171,24 +174,28 @@ def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderT
     )
     # How the pool scales on this machine: a second process, or four threads in one.
     for workers, threads in POOL_SHAPES:
-        variants.append(
-            QueueUnderTest(
-                name=f"threadmill -w {workers} -t {threads}",
-                worker=threadmill_worker(workers, threads),
-                note="pool scaling, default prefetch",
-                **common,
-            )
-        )
+        name = f"threadmill -w {workers} -t {threads}"
+        variants.append(threadmill_queue(name, [], "pool scaling, default prefetch", depth, workers, threads))
     for count in extra_prefetch:
-        variants.append(
-            QueueUnderTest(
-                name=f"threadmill --prefetch-count {count}",
-                worker=[*command, "--prefetch-count", str(count)],
-                note="diagnostic: the peers' read-ahead" if count == PEER_PREFETCH else "diagnostic",
-                **common,
-            )
-        )
+        note = "diagnostic: the peers' read-ahead" if count == PEER_PREFETCH else "diagnostic"
+        arguments = ["--prefetch-count", str(count)]
+        variants.append(threadmill_queue(f"threadmill --prefetch-count {count}", arguments, note, depth))
     return variants
+
+
+def worker_rejects(arguments: list[str], settings: str = "tests.settings") -> str | None:
+    """Return why `threadmill worker` refuses `arguments` (its error line), or None when it takes them.
+
+    `--help` after the arguments parses them first and exits 0 without starting a pool, so a
+    flag this checkout's worker does not know yet is found in a second, before any drain.
+    """
+    command = [sys.executable, "manage.py", "threadmill", "worker", *arguments, "--help"]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    if done.returncode == 0:
+        return None
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit code {done.returncode}"
 
 
 def peer_queues(depth: int, names: list[str]) -> list[QueueUnderTest]:
@@ -279,22 +286,28 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def drain_once(ctx: Context, queue: QueueUnderTest, timeout: float) -> dict[str, float]:
-    """Fill the queue, run its worker until every task finished, and return the drain's figures."""
+def drain_once(
+    ctx: Context, queue: QueueUnderTest, timeout: float, worker_env: dict[str, str] | None = None, tag: str = ""
+) -> dict[str, float]:
+    """Fill the queue, run its worker until every task finished, and return the drain's figures.
+
+    `worker_env` is added to the worker's environment only, not the filler's: the remote
+    benchmark points the worker at a delay proxy while the tasks go straight to the server.
+    """
     ctx.client.flushall()
     if queue.reset:
         queue.reset(ctx)
     env = ctx.env(queue.settings, queue.extra_env)
     enqueue = [sys.executable, "-m", "tests.benchmarks.enqueue", queue.system, str(queue.depth)]
     subprocess.run(enqueue, cwd=ROOT, env=env, check=True)
-    log_path = ctx.scratch / f"{queue.name.replace(' ', '_')}.log"
+    log_path = ctx.scratch / f"{queue.name.replace(' ', '_')}{tag}.log"
     ctx.client.config_resetstat()
     cpu_before = children_cpu_s()
     with open(log_path, "w") as log:
         started = time.perf_counter()
         process = subprocess.Popen(
-            [sys.executable, *queue.worker], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            [sys.executable, *queue.worker], cwd=ROOT, env={**env, **(worker_env or {})}, stdout=log,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         try:
             first, last = watch(ctx, queue, process, started + timeout, log_path)

@@ -1,9 +1,10 @@
-"""The threadmill probe task of the latency benchmarks; module-level as django.tasks requires."""
+"""Threadmill's benchmark tasks, the latency probe and the fairness nap; module-level as django.tasks requires."""
 
 import time
 
 from django.tasks import task
 
+from . import naps
 from .probe import record_start
 
 
@@ -11,3 +12,8 @@ from .probe import record_start
 def probe(token):
     started = time.time()
     record_start(token, started)
+
+
+@task
+def nap(token, seconds):
+    naps.nap(token, seconds)

@@ -19,6 +19,8 @@ HUEY_DB = 6
 RQ_WORKER_DB = 7
 #: Where the probe tasks record when they started (tests/benchmarks/probe.py).
 PROBE_DB = 8
+#: Where the fairness benchmark's tasks record when they ran (tests/benchmarks/naps.py).
+FAIRNESS_DB = 9
 
 
 def redis_url(db: int) -> str:

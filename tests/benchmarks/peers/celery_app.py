@@ -1,10 +1,11 @@
-"""celery on a Redis broker with the Redis result backend storing every return value, and the latency probe."""
+"""celery on a Redis broker with the Redis result backend storing every return value, the latency probe and the nap."""
 
 import os
 import time
 
 from celery import Celery
 
+from .. import naps
 from ..probe import record_start
 from . import CELERY_BROKER_DB, CELERY_RESULTS_DB
 
@@ -34,3 +35,8 @@ def enqueue(depth: int) -> None:
 def probe(token):
     started = time.time()
     record_start(token, started)
+
+
+@app.task(name="nap", ignore_result=True)
+def nap(token, seconds):
+    naps.nap(token, seconds)

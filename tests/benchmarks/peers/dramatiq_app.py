@@ -1,4 +1,8 @@
-"""dramatiq on its Redis broker with the Results middleware storing every return value, and the latency probe."""
+"""dramatiq on its Redis broker with the Results middleware storing every return value, the latency probe and the nap.
+
+dramatiq's only priority is an actor's: among the tasks a worker process already holds, the
+lowest number runs first. The priority nap is therefore an actor of its own.
+"""
 
 import os
 import time
@@ -8,6 +12,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.results import Results
 from dramatiq.results.backends import RedisBackend
 
+from .. import naps
 from ..probe import record_start
 from . import DRAMATIQ_BROKER_DB, DRAMATIQ_RESULTS_DB
 
@@ -32,3 +37,13 @@ def enqueue(depth: int) -> None:
 def probe(token):
     started = time.time()
     record_start(token, started)
+
+
+@dramatiq.actor(queue_name="default", max_retries=0, priority=10)
+def nap(token, seconds):
+    naps.nap(token, seconds)
+
+
+@dramatiq.actor(queue_name="default", max_retries=0, priority=0)
+def urgent_nap(token, seconds):
+    naps.nap(token, seconds)
