@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests import tasks
+from tests.worker.conftest import wait_until
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.telemetry import TelemetryPublisher
 from threadmill.worker.config import WorkerConfig
@@ -106,3 +109,49 @@ def test_an_explicit_count_is_what_every_acquire_asks_for(redis_url):
     process = _drained(backend, threads=1, prefetch_count=3)
 
     assert process.done == 30 and max(backend.counts) == 3
+
+
+def test_a_run_still_going_counts_once_it_passes_the_average():
+    prefetch = Prefetch(1, 0, window_s=0.02, lease_ttl_s=3600)
+    assert _timed(prefetch, run_s=0.001) == 20
+    # 300 ms into a run: the average would be 19.7 ms with it, so one task holds the window.
+    assert prefetch.resize(running_s=0.3) == 1
+    assert prefetch.resize(running_s=0.0005) == 20
+    assert Prefetch(2, 0, window_s=0.02, lease_ttl_s=3600).resize(running_s=0.1) == 2
+
+
+class RecordsReleases(RecordsAcquires):
+    """The real backend, keeping how many tasks each release handed back."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.released: list[int] = []
+
+    def release(self, results):
+        self.released.append(len(results))
+        return super().release(results)
+
+
+def test_a_buffer_leased_for_fast_tasks_hands_slow_ones_back_so_a_new_task_waits_behind_few(redis_url):
+    backend = RecordsReleases("default", {"REDIS_URL": redis_url})
+    backend.client.delete("test:spells")
+    backend.enqueue_many(tasks.spell, [([f"fast{i}", 0.001], {}) for i in range(60)])
+    backend.enqueue_many(tasks.spell, [([f"slow{i}", 0.15], {}) for i in range(12)])
+    process = WorkerProcess(backend, WorkerConfig(queues=("default",), threads=1), "h:1:a")
+    process.start()
+    try:
+        wait_until(lambda: backend.client.hexists("test:spells", "slow0"), "the first slow task ran")
+        enqueued_at = time.time()
+        tasks.spell.using(priority=10).enqueue("urgent")
+        wait_until(lambda: backend.client.hexists("test:spells", "urgent"), "the urgent task ran", 10)
+        wait_until(lambda: backend.client.hlen("test:spells") == 73, "every task ran", 10)
+    finally:
+        process.stop()
+        assert process.finished.wait(30)
+    spells = {k.decode(): float(v.split()[0]) for k, v in backend.client.hgetall("test:spells").items()}
+    ahead = [key for key, started in spells.items() if key.startswith("slow") and enqueued_at < started < spells["urgent"]]
+    # Leased 20 at a time for 1 ms tasks, the buffer held slow ones; handed back once the first
+    # ran long, at most the one then buffered starts before the task enqueued meanwhile.
+    assert len(ahead) <= 1, (ahead, backend.counts, backend.released)
+    assert backend.released, "no buffered task was handed back"  # every task ran: no release at the stop
+    assert process.done == 73

@@ -51,6 +51,8 @@ class Executor:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: True when the thread waited for work since its last task; the next task first closes stale connections.
         self.idle = True
+        #: `time.perf_counter()` when the task running now started, None between tasks (read by the fetcher).
+        self.started_at: float | None = None
         self._is_async: dict[Any, bool] = {}
 
     def run(self, result: ThreadmillTaskResult, limit_s: float | None = None) -> Outcome:

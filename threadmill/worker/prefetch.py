@@ -10,7 +10,8 @@ of work, because buffered time counts against the lease. A process that has run 
 leases `COLD_PER_THREAD` per thread. So 50 us tasks fill the cap and the process goes back
 to the server once per hundreds of tasks, while 2 s tasks get one per thread and a task
 enqueued now (a high priority one, or one another process could run at once) never waits
-behind seconds of buffered work.
+behind seconds of buffered work. When the tasks turn slower than those the buffer was leased
+for, the process hands the surplus back (`SHED_FACTOR`).
 
 **Fixed** (`--prefetch-count N`): always N; 1 leases one task at a time.
 """
@@ -25,6 +26,8 @@ AUTO_MAX_SIZE = 256
 DEFAULT_WINDOW_S = 0.02
 #: Largest share of `lease_ttl` buffered work may take; a window beyond it is refused.
 LEASE_SHARE = 0.1
+#: A buffer holding this many times its size hands back all but its size: leased for faster tasks.
+SHED_FACTOR = 2
 #: Weight of the newest sample in the moving averages: about the last 16 tasks count.
 SAMPLE_WEIGHT = 1 / 16
 
@@ -62,11 +65,23 @@ class Prefetch:
         trip = self.round_trip_s
         self.round_trip_s = seconds if trip is None else trip + (seconds - trip) * SAMPLE_WEIGHT
 
-    def resize(self) -> int:
-        """Recompute the size from the averages (sized by time only) and return it."""
-        if self.count or self.run_s is None:
+    def resize(self, running_s: float = 0.0) -> int:
+        """Recompute the size from the averages (sized by time only) and return it.
+
+        `running_s` is how long the longest run still going has taken so far: a lower bound of
+        its run time, counted as a sample once it passes the average, so a buffer leased for
+        fast tasks shrinks while the first slow one still runs instead of after it.
+        """
+        if self.count:
             return self.size
-        run_s = max(self.run_s, 1e-6)
+        run_s = self.run_s
+        if run_s is None:
+            if not running_s:
+                return self.size
+            run_s = running_s
+        elif running_s > run_s:
+            run_s += (running_s - run_s) * SAMPLE_WEIGHT
+        run_s = max(run_s, 1e-6)
         held_s = max(self.window_s, 2 * (self.round_trip_s or 0.0))
         held_s = min(held_s, LEASE_SHARE * self.lease_ttl_s)
         self.size = max(self.threads, min(AUTO_MAX_SIZE, int(self.threads * held_s / run_s)))

@@ -74,7 +74,7 @@ from ..exceptions import ServerUnreachable, TaskTimeout
 from ..outcome import error_of, mark_failed, record_abandoned, retry_delay, runs_alone
 from .config import EXIT_FAILED, EXIT_RECYCLED, EXIT_TIMED_OUT, WorkerConfig
 from .executor import Executor, Outcome
-from .prefetch import Prefetch
+from .prefetch import SHED_FACTOR, Prefetch
 from .watchdog import Armed, Watchdog
 
 if TYPE_CHECKING:
@@ -142,6 +142,8 @@ class WorkerProcess:
         self.backend = backend
         self.config = config
         self.name = name
+        #: The consumers' executors, whose `started_at` tells the fetcher how long the runs going on took so far.
+        self._executors: list[Executor] = []
         self.prefetch = Prefetch(config.threads, config.prefetch_count, config.prefetch_window, backend.config.lease_ttl)
         self._resize()
         self.budget = (
@@ -201,11 +203,10 @@ class WorkerProcess:
         """Start the consumer threads and the fetcher thread."""
         sender = type(self.backend)
         self.consumers_alive = self.config.threads
+        self._executors = [Executor(sender, self.watchdog) for _ in range(self.config.threads)]
         threads = [
-            threading.Thread(
-                target=self._consume, args=(Executor(sender, self.watchdog),), name=f"consumer-{i}", daemon=True
-            )
-            for i in range(1, self.config.threads + 1)
+            threading.Thread(target=self._consume, args=(executor,), name=f"consumer-{i}", daemon=True)
+            for i, executor in enumerate(self._executors, 1)
         ]
         threads.append(threading.Thread(target=self._fetch, name="fetcher", daemon=True))
         for thread in threads:
@@ -310,6 +311,9 @@ class WorkerProcess:
     def _due_work(self, now: float) -> Work | None:
         """Take what is due now (the lock held): hand-backs, acknowledgements and a fetch."""
         work = Work()
+        if self.prefetch.auto:
+            self._resize()
+            self._shed_surplus()
         if self.unstarted:
             work.release, self.unstarted = self.unstarted, []
         work.lease = self._fetch_size(now)
@@ -355,16 +359,35 @@ class WorkerProcess:
             return 0
         if now - self.heartbeat_confirmed_at > self.trust_s:
             return 0  # the broker may take what it leases now; the next confirmed heartbeat wakes the fetcher
-        if self.prefetch.auto:
-            self._resize()
         free = self.size - len(self.buffer)
         if free < self.refill_at:
             return 0
         return free if self.budget is None else min(free, self.budget)
 
+    def _shed_surplus(self) -> None:
+        """Hand back the newest buffered tasks beyond the size (the lock held), when far more are held.
+
+        They were leased while tasks ran faster: kept, they would wait here while another
+        process, or a task enqueued since, could start. Not while draining: the budget is spent.
+        """
+        if self.phase is not Phase.FETCHING or len(self.buffer) < SHED_FACTOR * self.size:
+            return
+        surplus = [self.buffer.pop().result for _ in range(len(self.buffer) - self.size)]
+        surplus.reverse()
+        if self.budget is not None:
+            self.budget += len(surplus)
+        self.unstarted.extend(surplus)
+        logger.info(
+            "%d buffered tasks go back to ready: tasks now take %.0f ms, so %d hold the buffer's window.",
+            len(surplus),
+            1000 * (self.prefetch.run_s or 0.0),
+            self.size,
+        )
+
     def _resize(self) -> None:
         """Follow the prefetch's size (the lock held): the refill mark and the acknowledgement batch with it."""
-        self.size = self.prefetch.resize()
+        started = [at for executor in self._executors if (at := executor.started_at) is not None]
+        self.size = self.prefetch.resize(time.perf_counter() - min(started) if started else 0.0)
         #: Free slots that trigger a fetch. Refilling at half empty, not at every free slot,
         #: keeps batches large: a fetch costs about as much CPU as running four echo tasks.
         self.refill_at = max(1, self.size // 2)
@@ -572,12 +595,14 @@ class WorkerProcess:
                 if limit_s is not None and not self._cover_lease(result, entry.expires, limit_s):
                     result = None
                     continue
-                started = clock()
+                executor.started_at = started = clock()
                 outcome = self._run(executor, result, limit_s)
                 ran_s = clock() - started
+                executor.started_at = None
                 if result.worker_losses is not None:
                     self._record_finish(result)
         finally:
+            executor.started_at = None
             with lock:
                 self.consumers_alive -= 1
                 self._has_tasks.notify_all()  # It may have run alone.
