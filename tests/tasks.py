@@ -302,6 +302,7 @@ def hold_the_gil_once(context):
     _count("finished", context)
     return context.attempt
 
+
 # -- progress and metadata ------------------------------------------------------------
 
 
