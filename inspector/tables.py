@@ -15,6 +15,9 @@ from django_tables2.data import TableData
 
 from threadmill import api
 from threadmill.backends.base import json_preview
+from threadmill.progress import TaskProgress
+
+from .templatetags.inspector import progress_bar
 
 #: Characters of args or of a raw payload a table cell shows; the detail page shows the rest.
 PREVIEW_CHARS = 120
@@ -46,6 +49,8 @@ class TaskRow:
     read_error: str = ""
     #: Which of "gone" (the worker's heartbeat stopped) and "overdue" (the lease is past due) a running task carries.
     lease_flags: frozenset[str] = frozenset()
+    #: What a running task last reported with `threadmill.set_progress`, or None.
+    progress: TaskProgress | None = None
 
     @classmethod
     def of(cls, alias: str, item, check: api.controls.LeaseCheck | None = None) -> TaskRow:
@@ -68,6 +73,7 @@ class TaskRow:
             attempts=len(item.worker_ids),
             error_class=item.errors[-1].exception_class_path if item.errors else "",
             lease_flags=frozenset(check.flags(item)) if check else frozenset(),
+            progress=getattr(item, "progress", None),
         )
 
     @property
@@ -294,6 +300,10 @@ class RunningTable(SegmentTable):
     lease_started_at = tables.Column(verbose_name="Lease started", orderable=False)
     lease_age_s = tables.Column(verbose_name="Lease age", orderable=False, empty_values=())
     lease_deadline = tables.Column(verbose_name="Deadline", orderable=False)
+    progress = tables.Column(orderable=False, empty_values=())
+
+    def render_progress(self, value, record):
+        return progress_bar(record.id, value)
 
     def render_lease_flags(self, value, record):
         badges = []

@@ -96,6 +96,9 @@ def task_list(request, backend: str, queue: str, segment: api.Segment):
         context["watch_query"] = urlencode(
             {"view": "segment", "backend": backend, "queue": queue, "segment": segment.value, "total": total}
         )
+    if segment is api.Segment.RUNNING and request.htmx and request.htmx.trigger == "running-progress":
+        # The running page's poll: the rows' progress cells alone, swapped in place by id.
+        return render(request, "inspector/task_list.html#progress-cells", context)
     if segment is api.Segment.RUNNING and context["can_change"] and not request.htmx:
         context["orphaned"] = len(api.controls.orphaned(backend, queue))
     return render(request, _partial(request, "inspector/task_list.html", "tasks-table"), context)

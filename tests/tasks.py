@@ -301,3 +301,102 @@ def hold_the_gil_once(context):
         ctypes.PyDLL(None).sleep(30)
     _count("finished", context)
     return context.attempt
+
+
+# -- progress and metadata ------------------------------------------------------------
+
+
+def _wait_for_key(key: str, timeout_s: float = 30.0) -> bool:
+    """Wait until the test server holds `key` (the test's "go on"), polling with a deadline."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _runs().exists(key):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@task
+def report_then_wait(key, metadata=None):
+    """Report progress 3 of 10 and `metadata`, wait for `key` on the test server, then report 10 of 10."""
+    import threadmill
+
+    threadmill.set_progress(3, 10, note="three down")
+    threadmill.set_metadata(**(metadata or {}))
+    _wait_for_key(key)
+    threadmill.set_progress(10, 10, note="all done")
+    threadmill.set_metadata(finished=True)
+    return key
+
+
+@task
+def report_often(times):
+    """Report progress `times` times in a row, and metadata as often."""
+    import threadmill
+
+    for i in range(times):
+        threadmill.set_progress(i + 1, times, note=f"step {i + 1}")
+        threadmill.set_metadata(step=i + 1)
+    return times
+
+
+@task
+def report_badly():
+    """Try each bad call; return the error each raised, then report one good value."""
+    import threadmill
+
+    calls = {
+        "done": lambda: threadmill.set_progress("3"),
+        "negative": lambda: threadmill.set_progress(-1),
+        "over": lambda: threadmill.set_progress(11, 10),
+        "nan": lambda: threadmill.set_progress(float("nan")),
+        "note": lambda: threadmill.set_progress(1, note=5),
+        "json": lambda: threadmill.set_metadata(when=object()),
+        "large": lambda: threadmill.set_metadata(blob="x" * 70_000),
+    }
+    raised = {}
+    for name, call in calls.items():
+        try:
+            call()
+        except (TypeError, ValueError) as e:
+            raised[name] = f"{type(e).__name__}: {e}"
+    threadmill.set_progress(1, 2, note="good")
+    threadmill.set_metadata(kept="yes")
+    return raised
+
+
+@task(retry=ExponentialBackoff(base_delay=0.01, max_retries=1, jitter=0))
+def report_then_fail_once(key):
+    """Store metadata and progress, fail on the first attempt, and on the second add to the metadata."""
+    import threadmill
+
+    if _runs().incr(key) == 1:
+        threadmill.set_metadata(first="attempt", shared=1)
+        threadmill.set_progress(5, 10, note="first attempt")
+        raise RuntimeError("first attempt fails")
+    threadmill.set_metadata(second="attempt", shared=2)
+    return "second"
+
+
+@task
+def report_in_steps(keys):
+    """Report step i of len(keys) and wait for keys[i] on the test server, for each key; then report all done."""
+    import threadmill
+
+    for i, key in enumerate(keys):
+        threadmill.set_progress(i, len(keys), note=f"step {i} <b>of</b> {len(keys)}")
+        threadmill.set_metadata(step=i, html="<script>alert(1)</script>")
+        _wait_for_key(key)
+    threadmill.set_progress(len(keys), len(keys), note="all done")
+    return len(keys)
+
+
+@task
+def echo_reporting(value=None):
+    """The echo task, reporting its progress once: what a task calling set_progress costs."""
+    import threadmill
+
+    threadmill.set_progress(1, 1, note="echoed")
+    return value

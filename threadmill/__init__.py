@@ -1,0 +1,5 @@
+"""Threadmill: a Redis or Valkey backend and worker pool for Django's tasks."""
+
+from .progress import TaskProgress, set_metadata, set_progress
+
+__all__ = ["TaskProgress", "set_metadata", "set_progress"]

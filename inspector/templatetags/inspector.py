@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django import template
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from threadmill.backends.base import return_value_of
 
@@ -24,6 +25,21 @@ def moment(value: datetime | None):
     if value is None:
         return "—"
     return format_html('<time datetime="{}">{}</time>', value.isoformat(), value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3])
+
+
+@register.simple_tag
+def progress_bar(task_id: str, progress, oob: bool = False):
+    """Render a task's reported progress as a <progress> bar and its note (text: it comes from Redis)."""
+    swap = mark_safe(' hx-swap-oob="true"') if oob else ""
+    if progress is None:
+        return format_html('<span id="progress-{}" class="progress muted"{}>—</span>', task_id, swap)
+    if progress.total:
+        share = f"{100 * progress.done / progress.total:.0f}%"
+        bar = format_html('<progress max="{}" value="{}">{}</progress> {}', progress.total, progress.done, share, share)
+    else:
+        bar = format_html("<progress></progress> {} done", progress.done)
+    note = format_html('<span class="note">{}</span>', progress.note)
+    return format_html('<span id="progress-{}" class="progress"{}>{} {}</span>', task_id, swap, bar, note)
 
 
 @register.filter

@@ -7,6 +7,7 @@ import pytest
 from tests.backends.conftest import enqueue
 from tests.tasks import echo
 from threadmill.backends.base import Segment
+from threadmill.backends.merge import ROW_WIDTH
 
 T = "threadmill:{default}:task:"
 Q = "threadmill:{default}:default:"
@@ -211,7 +212,7 @@ def test_peek_returns_the_total_and_rows_in_one_reply(scripts, backend):
     ids = [enqueue(backend, echo, i).id for i in range(4)]
     reply = scripts.peek("default", Segment.READY, 1, 2, False)
     assert reply[0] == 4
-    assert [reply[2], reply[11]] == [ids[1].encode(), ids[2].encode()]
+    assert [reply[2], reply[2 + ROW_WIDTH]] == [ids[1].encode(), ids[2].encode()]
 
 
 def test_trim_finished_drops_only_ids_older_than_the_ttl_up_to_the_limit(scripts, raw):

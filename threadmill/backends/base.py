@@ -15,6 +15,8 @@ from typing import Any
 
 from django.tasks import Task, TaskResult
 
+from ..progress import TaskProgress
+
 
 class Segment(StrEnum):
     """One of a queue's sets; a task is in exactly one of them."""
@@ -162,6 +164,10 @@ class ThreadmillTaskResult(TaskResult):
     #: Set by acquire for a suspect (a task that was in a lost worker's lease): the lost workers in a
     #: row it may have caused. Its worker records the run's start and finish. None for any other task.
     worker_losses: int | None = None
+    #: What the task last reported with `threadmill.set_progress`, or None.
+    progress: TaskProgress | None = None
+    #: What the task stored with `threadmill.set_metadata`; empty when it stored none.
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Arguments read back from a stored document are JSON already; normalising them

@@ -19,6 +19,7 @@ from django.tasks import Task, TaskResultStatus
 from django.tasks.base import TaskError
 from django.utils.module_loading import import_string
 
+from ..progress import metadata_of, progress_of
 from ..retry import policy_from_spec, retry_spec
 from .base import Segment, ThreadmillTaskResult
 
@@ -237,8 +238,10 @@ def decode(
     lease_token: str = "",
     lease_deadline: datetime | None = None,
     worker_losses: int | None = None,
+    progress: bytes | None = None,
+    metadata: bytes | None = None,
 ) -> ThreadmillTaskResult:
-    """Read a stored document as the task result of a task in `segment`, its lease applied.
+    """Read a stored document as the task result of a task in `segment`, its lease and reports applied.
 
     Raises one of UNREADABLE_PAYLOAD_ERRORS when this code cannot read it.
     """
@@ -275,6 +278,8 @@ def decode(
         lease_deadline=lease_deadline,
         segment=segment,
         worker_losses=worker_losses,
+        progress=progress_of(progress) if progress else None,
+        metadata=metadata_of(metadata) if metadata else {},
     )
     if segment is Segment.SUCCESSFUL:
         object.__setattr__(result, "_return_value", doc.get("return_value"))

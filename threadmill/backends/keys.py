@@ -29,6 +29,8 @@ TASK_FIELDS = (
     "lease_token",
     "read_error",
     "result",
+    "reported_progress",
+    "metadata",
 )
 #: Seconds a per-minute counter outlives its minute: the console charts the last 24 hours.
 #: Each queue keeps at most 4 counters a minute (in, out, failed, latency), about 5,800 keys.

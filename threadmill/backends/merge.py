@@ -9,8 +9,8 @@ from typing import Any
 #: A place in a segment's order: (score exactly as the server wrote it, task id).
 Cursor = tuple[str, str]
 #: The fields of one row of a peek reply: id, data, result, started_at, lease_worker,
-#: lease_started_at, lease_token, read_error, score.
-ROW_WIDTH = 9
+#: lease_started_at, lease_token, read_error, score, reported_progress.
+ROW_WIDTH = 10
 
 
 @dataclass(frozen=True, slots=True)

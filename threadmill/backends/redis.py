@@ -312,7 +312,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def _stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult:
         # A result lives in the task hash; layout 1 kept it in a key of its own, read until it expires.
-        data, _, segment, started_at, worker, lease_started, token, read_error, stored_result = fields
+        data, _, segment, started_at, worker, lease_started, token, read_error, stored_result = fields[:9]
+        progress, metadata = fields[9:]
         stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {result_id!r} is stored.")
@@ -328,6 +329,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 lease_worker=codec.text(worker),
                 lease_started_at=lease_start,
                 lease_token=codec.text(token),
+                progress=progress,
+                metadata=metadata,
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
             raise UnreadableTaskError(f"Task {result_id} cannot be read: {e!r}") from e
@@ -473,6 +476,19 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             return False
         object.__setattr__(result, "lease_deadline", codec.moment(deadline))
         return True
+
+    def report(self, entries: Sequence[tuple[str, str, str, str, bool]]) -> list:
+        """Store what running tasks reported (see `threadmill.progress`), one script call a partition.
+
+        Each entry is (task id, lease token, progress, metadata, merged), fenced by its token;
+        returns a reply per entry in order: 1 stored, 0 refused, or the stored metadata to merge first.
+        """
+        replies: list[Any] = [0] * len(entries)
+        for group in by_partition(enumerate(entries), lambda item: item[1][0]).values():
+            answered = self.task_scripts(group[0][1][0]).report([entry for _, entry in group])
+            for (i, _), reply in zip(group, answered, strict=True):
+                replies[i] = reply
+        return replies
 
     def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str]) -> int:
         """Hand back to ready the leases that acquire calls with these token bases took; return how many.

@@ -182,6 +182,7 @@ class RedisScripts:
         self._release_unanswered = register(_source("release_unanswered"))
         self._record_progress = register(_source("record_progress"))
         self._extend_lease = register(_source("extend_lease"))
+        self._report = register(_source("report"))
         self._trim_finished = register(_source("trim_finished"))
         self._live_leases = register(_source("live_leases"))
         self._scan = register(_source("scan"))
@@ -611,6 +612,17 @@ class RedisScripts:
         """Make lease `token` last at least `cover_s` from now; return its deadline, None when the fence refused it."""
         keys = [self.keys.task(task_id), self.keys.segment(queue_name, Segment.RUNNING)]
         return self._run(self._extend_lease, keys=keys, args=[task_id, token, cover_s])
+
+    def report(self, entries: Sequence[tuple[str, str, str, str, bool]]) -> list:
+        """Store (task id, lease token, progress, metadata, merged) reports, each fenced by its token.
+
+        Returns a reply per entry: 1 stored, 0 refused, or the stored metadata to merge first.
+        """
+        keys = [self.keys.task(task_id) for task_id, *_ in entries]
+        args = []
+        for _, token, progress, metadata, merged in entries:
+            args += [token, progress, metadata, "1" if merged else "0"]
+        return self._run(self._report, keys=keys, args=args)
 
     @translate_errors
     def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str], scan_limit: int) -> int:

@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING
 from ..backends.base import ThreadmillTaskResult, time_limit_s
 from ..exceptions import ServerUnreachable, TaskTimeout
 from ..outcome import error_of, mark_failed, record_abandoned, retry_delay, runs_alone
+from ..progress import PendingReport, TaskReports, running
 from .config import EXIT_FAILED, EXIT_RECYCLED, EXIT_TIMED_OUT, WorkerConfig
 from .executor import Executor, Outcome
 from .prefetch import SHED_FACTOR, Prefetch
@@ -129,6 +130,7 @@ class Work:
     release: list[ThreadmillTaskResult] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
     interrupted: list[ThreadmillTaskResult] = field(default_factory=list)
+    reports: list[PendingReport] = field(default_factory=list)
     lease: int = 0
     wait_for_wake: bool = False
     pass_wake: bool = False
@@ -156,6 +158,8 @@ class WorkerProcess:
         self.running: dict[str, ThreadmillTaskResult] = {}
         self.outcomes: list[Outcome] = []
         self.unstarted: list[ThreadmillTaskResult] = []
+        #: What running tasks reported (`threadmill.set_progress`, `set_metadata`), written by the fetcher.
+        self.reports = TaskReports()
         self.done = 0
         self.consumers_alive = 0
         self.recycled = False
@@ -319,12 +323,14 @@ class WorkerProcess:
         work.lease = self._fetch_size(now)
         if self.outcomes and self._acknowledgement_due(now, work.lease):
             work.outcomes, self.outcomes = self.outcomes, []
+        if self.reports:
+            work.reports = self.reports.due(now, {o.result.lease_token for o in work.outcomes})
         if work.lease and self.budget is not None:
             self.budget -= work.lease
         if self._woken and (work.lease or self.phase is not Phase.FETCHING):
             # Quiet or stopping since it waited: the wake token it took would wake no one else.
             self._woken, work.pass_wake = False, not work.lease
-        if work.release or work.outcomes or work.lease or work.pass_wake or self._unanswered:
+        if work.release or work.outcomes or work.reports or work.lease or work.pass_wake or self._unanswered:
             return work
         if self._idle and self.phase is Phase.FETCHING:
             # The fetch after the wait comes at once, whether a token or the timeout ended it.
@@ -337,6 +343,9 @@ class WorkerProcess:
         """At the shutdown deadline, take everything still held (the lock held): the last turn."""
         release = self.unstarted + [entry.result for entry in self.buffer]
         work = Work(release=release, outcomes=self.outcomes, interrupted=list(self.running.values()), last=True)
+        if self.reports:
+            held = {r.lease_token for r in work.interrupted} | {o.result.lease_token for o in work.outcomes}
+            work.reports = self.reports.due(time.monotonic(), held)
         self.unstarted, self.outcomes = [], []
         self.buffer.clear()
         self.running.clear()
@@ -421,6 +430,10 @@ class WorkerProcess:
             if self._unanswered:
                 self.backend.release_unanswered(self.config.queues, self._unanswered)
                 self._unanswered = []
+            if work.reports:
+                # Before the acknowledgements, fenced by the same leases: the last values are kept.
+                self._write_reports(work.reports)
+                work.reports = []
             if work.release:
                 self.backend.release(work.release)
                 self._settled_leases(len(work.release))
@@ -516,6 +529,12 @@ class WorkerProcess:
                     self._enter(Phase.DRAINING)
                 elif not results and self.config.exit_empty:
                     self._enter(Phase.DRAINING)
+
+    def _write_reports(self, pending: list[PendingReport]) -> None:
+        """Store what running tasks reported; a first metadata write that met stored metadata goes again, merged."""
+        while pending:
+            replies = self.backend.report([p.entry for p in pending])
+            pending = self.reports.written(pending, replies, time.monotonic())
 
     def _settle(self, outcomes: list[Outcome]) -> None:
         """Acknowledge finished tasks and requeue the ones to retry."""
@@ -728,6 +747,7 @@ class WorkerProcess:
             self._has_work.notify()
 
     def _run(self, executor: Executor, result: ThreadmillTaskResult, limit_s: float | None) -> Outcome:
+        running.task = (self.reports, result)
         try:
             return executor.run(result, limit_s)
         except BaseException as e:  # noqa: BLE001 - a consumer thread outlives whatever its task raised
@@ -735,3 +755,5 @@ class WorkerProcess:
             logger.exception("Running task %s failed outside the task code.", result.id)
             mark_failed(result, error_of(e), datetime.now(UTC))
             return Outcome(result, None, None)
+        finally:
+            running.task = None

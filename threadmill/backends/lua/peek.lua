@@ -6,7 +6,8 @@
 -- ARGV[2] (number) count
 -- ARGV[3] (string) "1" for newest first (highest score first)
 -- Returns: {total, server_seconds, id1, data1, result1, started_at1, lease_worker1,
---           lease_started_at1, lease_token1, read_error1, score1, id2, ...}; absent values are false
+--           lease_started_at1, lease_token1, read_error1, score1, reported_progress1, id2, ...};
+--          absent values are false
 -- include: rows
 local total = redis.call('ZCARD', KEYS[1])
 local first = tonumber(ARGV[1])

@@ -10,7 +10,8 @@
 -- ARGV[3] (number) the most entries to return
 -- ARGV[4] (string) "1" to walk newest first (highest score first, ids descending)
 -- Returns: {total, server_seconds, id1, data1, result1, started_at1, lease_worker1,
---           lease_started_at1, lease_token1, read_error1, score1, id2, ...}; absent values are false
+--           lease_started_at1, lease_token1, read_error1, score1, reported_progress1, id2, ...};
+--          absent values are false
 -- include: keyset
 -- include: rows
 local key = KEYS[1]

@@ -13,7 +13,7 @@
 --                     a page without needles is peek.lua's job (read by rank, no scan)
 -- Returns: {matched, complete (1 scanned the whole segment, 0 stopped at the limit), server_seconds,
 --           id1, data1, result1, started_at1, lease_worker1, lease_started_at1, lease_token1,
---           read_error1, score1, id2, ...}; absent values are false
+--           read_error1, score1, reported_progress1, id2, ...}; absent values are false
 local first = tonumber(ARGV[1])
 local last = first + tonumber(ARGV[2])
 local rev = ARGV[3] == '1'
@@ -47,13 +47,13 @@ while scanned < total and scanned < limit do
   for i = 1, #ids, 2 do
     local id = ids[i]
     local f = redis.call('HMGET', KEYS[2] .. id, 'data', 'started_at', 'lease_worker', 'lease_started_at',
-      'lease_token', 'read_error', 'result')
+      'lease_token', 'read_error', 'result', 'reported_progress')
     local result = f[7] or redis.call('GET', KEYS[3] .. id)
     local text = (result or f[1] or '') .. '\n' .. (f[6] or '')
     if matches(text) then
       matched = matched + 1
       if matched > first and matched <= last then
-        for _, value in ipairs({id, f[1], result, f[2], f[3], f[4], f[5], f[6], ids[i + 1]}) do
+        for _, value in ipairs({id, f[1], result, f[2], f[3], f[4], f[5], f[6], ids[i + 1], f[8]}) do
           rows[#rows + 1] = value
         end
       end

@@ -1,5 +1,6 @@
 -- requeue: move one task from any segment but ready back to ready, or to deferred.
--- Keeps the id; clears the lease and any stored result. With a new document (the worker's
+-- Keeps the id and the metadata; clears the lease, any stored result and the reported progress
+-- (a new attempt reports its own). With a new document (the worker's
 -- retry path) that document replaces the payload; without one, a finished task's result
 -- document (which carries its errors and worker ids) becomes the payload, and any other
 -- payload is kept exactly as stored, so an unreadable task is requeued without parsing it.
@@ -47,7 +48,9 @@ local score = band + now_ms
 redis.call('ZREM', KEYS[segments[current]], ARGV[1])
 redis.call('DEL', KEYS[2])
 redis.call('PERSIST', KEYS[1])
-redis.call('HDEL', KEYS[1], 'lease_worker', 'lease_token', 'lease_started_at', 'read_error', 'result')
+-- A new attempt reports its own progress; the metadata is the task's and stays.
+redis.call('HDEL', KEYS[1], 'lease_worker', 'lease_token', 'lease_started_at', 'read_error', 'result',
+  'reported_progress')
 redis.call('HSET', KEYS[1], 'segment', ARGV[2], 'score', string.format('%.0f', score))
 if ARGV[2] == 'deferred' then
   redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])

@@ -1,5 +1,5 @@
 -- requeue_many: move the given tasks of one segment of a queue back to ready, keeping their ids.
--- Each task moves whole or not at all. Like requeue, the lease is cleared (so a late
+-- Each task moves whole or not at all. Like requeue, the lease and the reported progress are cleared (so a late
 -- acknowledgement by its worker is refused), the task joins the back of its priority band, and
 -- a finished task's result document (its errors and worker ids) becomes its payload.
 -- A running task moves only with the document the caller built from it (its abandoned attempt
@@ -85,7 +85,8 @@ for i = 6 + k, #ARGV, 3 do
       redis.call('ZREM', KEYS[4], id)
       redis.call('DEL', KEYS[2] .. id)
       redis.call('PERSIST', key)
-      redis.call('HDEL', key, 'lease_worker', 'lease_token', 'lease_started_at', 'read_error', 'result')
+      redis.call('HDEL', key, 'lease_worker', 'lease_token', 'lease_started_at', 'read_error', 'result',
+        'reported_progress')
       redis.call('HSET', key, 'segment', 'ready', 'score', score)
       redis.call('ZADD', KEYS[3], score, id)
       moved[#moved + 1] = id

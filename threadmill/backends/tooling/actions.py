@@ -148,7 +148,7 @@ class ActionTooling(ToolingHost):
         `fields` are the task hash's TASK_FIELDS. An unreadable payload is kept as it is
         (the caller sends "") and the abandoned attempt is only logged.
         """
-        data, _, _, started_at, worker, lease_started, token, _, _ = fields
+        data, _, _, started_at, worker, lease_started, token = fields[:7]
         worker_name = codec.text(worker)
         try:
             result = codec.decode(

@@ -18,7 +18,7 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from .. import codec
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Page, Segment, ThreadmillTaskResult, UnreadableTask
 from ..keys import TASK_FIELDS
-from ..merge import Cursor, KeysetPage, merge_rows
+from ..merge import ROW_WIDTH, Cursor, KeysetPage, merge_rows
 from ..scripts import translate_errors
 from .host import ToolingHost
 
@@ -61,7 +61,8 @@ class QueueTooling(ToolingHost):
         newest_first = segment in NEWEST_FIRST
         if len(self.covered_partitions()) == 1:
             reply = self.scripts.peek(queue_name, segment, offset, count, newest_first)
-            items = [self._peeked(queue_name, segment, reply[i : i + 9]) for i in range(2, len(reply), 9)]
+            rows = [reply[i : i + ROW_WIDTH] for i in range(2, len(reply), ROW_WIDTH)]
+            items = [self._peeked(queue_name, segment, row) for row in rows]
             return Page(items, int(reply[0]))
         replies = [s.peek(queue_name, segment, 0, offset + count, newest_first) for s in self._partition_scripts()]
         rows, _ = merge_rows([(reply, 2) for reply in replies], newest_first, offset + count)
@@ -141,7 +142,7 @@ class QueueTooling(ToolingHost):
                 # Nothing to match: a plain page read by rank, at any depth.
                 reply = self.scripts.peek(queue_name, segment, offset, count, newest_first)
                 first_row, complete = 2, True
-            rows, total = [reply[i : i + 9] for i in range(first_row, len(reply), 9)], int(reply[0])
+            rows, total = [reply[i : i + ROW_WIDTH] for i in range(first_row, len(reply), ROW_WIDTH)], int(reply[0])
         else:
             # Every partition's first offset + count matches, merged in queue order.
             replies = [
@@ -173,16 +174,19 @@ class QueueTooling(ToolingHost):
         pipe.get(keys.result(task_id))
         pipe.zscore(keys.segment(queue_name, segment), task_id)
         fields, old_layout_result, score = pipe.execute()
-        data, _, _, started_at, worker, lease_started, token, read_error, stored_result = fields
+        data, _, _, started_at, worker, lease_started, token, read_error, stored_result, progress, metadata = fields
         stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
         row = [task_id.encode(), data, stored_result, started_at, worker, lease_started, token, read_error, score]
-        return self._peeked(queue_name, segment, row)
+        return self._peeked(queue_name, segment, [*row, progress], metadata)
 
-    def _peeked(self, queue_name: str, segment: Segment, row: list) -> TaskResult | UnreadableTask:
+    def _peeked(
+        self, queue_name: str, segment: Segment, row: list, metadata: bytes | None = None
+    ) -> TaskResult | UnreadableTask:
+        """Read one row of a peek reply (a page's rows carry no metadata; one task's read does)."""
         task_id = row[0].decode()
-        data, stored_result, started_at, worker, lease_started, token, read_error, score = row[1:]
+        data, stored_result, started_at, worker, lease_started, token, read_error, score, progress = row[1:]
         raw = stored_result or data or b""
         if segment is Segment.UNREADABLE:
             return UnreadableTask(task_id, queue_name, segment, raw, codec.text(read_error))
@@ -195,6 +199,8 @@ class QueueTooling(ToolingHost):
                 lease_started_at=codec.moment(lease_started),
                 lease_token=codec.text(token),
                 lease_deadline=codec.moment(score) if segment is Segment.RUNNING else None,
+                progress=progress,
+                metadata=metadata,
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
             if segment not in _FINISHED:
