@@ -58,6 +58,14 @@ class TaskTimeout(ThreadmillError):
     """Raised inside a running task (and recorded as its error) when it passed its time limit."""
 
 
+class TaskCancelled(ThreadmillError):
+    """Raised inside a running task after its abort's grace (and recorded as the error of a cancelled task).
+
+    A task cancelled before it ran, or aborted once the request reached it, ends FAILED with
+    this error, saying who cancelled it and when; it is never retried.
+    """
+
+
 class LeaseLost(ThreadmillError):
     """Raised when a fenced write is refused because the task was leased again since."""
 

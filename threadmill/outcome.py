@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from django.tasks import TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 
-from .exceptions import AcknowledgementTimeout, AttemptAbandoned, WorkerLost
+from .exceptions import AcknowledgementTimeout, AttemptAbandoned, TaskCancelled, WorkerLost
 from .retry import next_retry_delay
 
 if TYPE_CHECKING:
@@ -61,6 +61,12 @@ def lease_expired_error(message: str) -> TaskError:
 def abandoned_error(message: str) -> TaskError:
     """Return the TaskError recorded for an attempt that was given up (its worker died, stopped, or it was requeued)."""
     path = class_path(AttemptAbandoned)
+    return TaskError(exception_class_path=path, traceback=f"{path}: {message}\n")
+
+
+def cancelled_error(message: str) -> TaskError:
+    """Return the TaskError recorded for a task cancelled before it ran, or aborted: `message` says by whom and when."""
+    path = class_path(TaskCancelled)
     return TaskError(exception_class_path=path, traceback=f"{path}: {message}\n")
 
 

@@ -2,7 +2,7 @@
 
 The role Sidekiq's `api.rb` plays for its web UI: the console never builds a Redis key and
 never imports `redis`; every read and every action goes through here. One module per concern:
-`queues` (backends, queues, pages, one task), `actions` (counts, requeue, delete, purge),
+`queues` (backends, queues, pages, one task), `actions` (counts, requeue, delete, purge, cancel),
 `workers` (telemetry), `controls` (pause, worker commands, orphaned tasks), `schedules`,
 `history` (per-minute series for charts), `metrics` (Prometheus); the overview lives here.
 Each action that touches several tasks is one
@@ -24,7 +24,9 @@ from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, Unreadab
 from ..identity import WorkerName
 from . import controls, history, metrics, schedules
 from .actions import (
+    CancelOutcome,
     Requeued,
+    cancel,
     count_selected,
     count_view,
     delete,
@@ -58,6 +60,7 @@ from .workers import TelemetryHub, WorkerSnapshot, hub, parse_worker_event
 logger = logging.getLogger("threadmill.api")
 
 __all__ = [
+    "CancelOutcome",
     "FILTER_SCAN_LIMIT",
     "NO_FILTER",
     "REQUEUEABLE_SEGMENTS",
@@ -75,6 +78,7 @@ __all__ = [
     "WorkerName",
     "WorkerSnapshot",
     "backend_aliases",
+    "cancel",
     "controls",
     "count_selected",
     "count_view",

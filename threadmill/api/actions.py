@@ -1,4 +1,4 @@
-"""Console actions on tasks: count what an action would touch, then requeue, delete or purge it.
+"""Console actions on tasks: count what an action would touch, then requeue, delete, purge or cancel it.
 
 Each action that touches several tasks is one Lua script (or one script per bounded window),
 so a crash cannot lose a task between two writes. Requeueing from the running segment is
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..backends.base import Segment, UnreadableTask
+from ..backends.tooling.actions import CancelOutcome
 from .queues import NO_FILTER, Filter, get_backend, page, task
 
 #: Most tasks of a running view whose leases are read to tell which a requeue would skip.
@@ -122,3 +123,9 @@ def delete(alias: str, queue_name: str, segment: Segment, task_ids: Sequence[str
 def purge(alias: str, queue_name: str, segment: Segment) -> int:
     """Delete a whole segment and the task data it owns; return how many tasks were removed."""
     return get_backend(alias).purge(queue_name, segment=segment)
+
+
+def cancel(alias: str, task_ids: Sequence[str], *, by: str) -> dict[str, CancelOutcome]:
+    """Cancel tasks by id (ready or deferred ones never run, running ones are asked to abort); say what each got."""
+    backend = get_backend(alias)
+    return {task_id: backend.cancel_outcome(task_id, by=by) for task_id in dict.fromkeys(task_ids)}

@@ -103,6 +103,15 @@ def _call(index: int, call: Any) -> tuple[Any, Any]:
     return args, kwargs
 
 
+def _abort_request(stored: bytes) -> dict[str, Any]:
+    """Read a stored abort request; one this code cannot read still asks to abort, by someone unnamed."""
+    try:
+        request = json.loads(stored)
+        return {"by": str(request["by"]), "at": float(request["at"])}
+    except (ValueError, TypeError, KeyError):
+        return {"by": "someone", "at": time.time()}
+
+
 def default_worker_name() -> str:
     """Return this process's lease holder name, `host:pid:incarnation` (see `threadmill.identity`)."""
     return this_process_name()
@@ -489,6 +498,20 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             for (i, _), reply in zip(group, answered, strict=True):
                 replies[i] = reply
         return replies
+
+    def aborts_requested(self, results: Sequence[ThreadmillTaskResult]) -> dict[str, dict[str, Any]]:
+        """Return the abort requests stored for these leases (see `cancel`): lease token -> {"by", "at"}.
+
+        Read only, one script call a partition; a lease taken back since reads as no request.
+        """
+        requests: dict[str, dict[str, Any]] = {}
+        leases = [(r.id, r.lease_token) for r in results]
+        for group in by_partition(leases, lambda lease: lease[0]).values():
+            stored_requests = self.task_scripts(group[0][0]).aborts_requested(group)
+            for (_, token), stored in zip(group, stored_requests, strict=True):
+                if stored:
+                    requests[token] = _abort_request(stored)
+        return requests
 
     def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str]) -> int:
         """Hand back to ready the leases that acquire calls with these token bases took; return how many.

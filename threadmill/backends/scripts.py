@@ -183,6 +183,8 @@ class RedisScripts:
         self._record_progress = register(_source("record_progress"))
         self._extend_lease = register(_source("extend_lease"))
         self._report = register(_source("report"))
+        self._cancel = register(_source("cancel"))
+        self._aborts_requested = register(_source("aborts_requested"))
         self._trim_finished = register(_source("trim_finished"))
         self._live_leases = register(_source("live_leases"))
         self._scan = register(_source("scan"))
@@ -623,6 +625,30 @@ class RedisScripts:
         for _, token, progress, metadata, merged in entries:
             args += [token, progress, metadata, "1" if merged else "0"]
         return self._run(self._report, keys=keys, args=args)
+
+    @translate_errors
+    def cancel(
+        self, task_id: str, queue_name: str, segment: str, document: str, result_ttl: float, request: str, minute: int
+    ) -> int:
+        """Cancel one task read in `segment`, or ask it to abort if it runs; the reply codes are cancel.lua's."""
+        k = self.keys
+        read = segment if segment in ("ready", "deferred") else "ready"
+        keys = [
+            k.task(task_id),
+            k.segment(queue_name, read),
+            k.segment(queue_name, Segment.FAILED),
+            k.totals(queue_name),
+            k.throughput(queue_name, "egress", minute),
+            k.throughput(queue_name, "failed", minute),
+        ]
+        args = [task_id, segment, document, int(result_ttl), request, THROUGHPUT_COUNTER_TTL_S]
+        return self._run(self._cancel, keys=keys, args=args)
+
+    @translate_errors
+    def aborts_requested(self, leases: Sequence[tuple[str, str]]) -> list:
+        """Return, per (task id, lease token), the abort request stored for that lease, or None."""
+        keys = [self.keys.task(task_id) for task_id, _ in leases]
+        return self._run(self._aborts_requested, keys=keys, args=[token for _, token in leases])
 
     @translate_errors
     def release_unanswered(self, queue_names: Sequence[str], token_bases: Sequence[str], scan_limit: int) -> int:

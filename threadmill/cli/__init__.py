@@ -15,5 +15,6 @@ SUBCOMMANDS: dict[str, str] = {
     "quiet": "threadmill.cli.quiet",
     "stop": "threadmill.cli.stop",
     "requeue-orphaned": "threadmill.cli.requeue_orphaned",
+    "cancel": "threadmill.cli.cancel",
     "schedules": "threadmill.cli.schedules",
 }

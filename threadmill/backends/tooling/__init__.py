@@ -1,7 +1,7 @@
 """The backend's half of the tooling API (`threadmill.api`), one mixin per concern, composed here.
 
 Each concern of `threadmill.api` has its backend half in the module of the same name:
-`queues` (queue names, pages, one task), `actions` (requeue, delete, purge), `workers`
+`queues` (queue names, pages, one task), `actions` (requeue, delete, purge, cancel), `workers`
 (heartbeats), `controls` (paused queues, worker commands), `schedules`, `history`
 (per-minute series) and `metrics` (counts and counters); `host` declares what they use of
 the backend. `RedisTooling` is mixed into `RedisTaskBackend`; the console reaches it only
@@ -11,7 +11,7 @@ every write is one Lua script.
 
 from __future__ import annotations
 
-from .actions import DELETE_ROUNDS, REQUEUE_ROUNDS, ActionTooling
+from .actions import CANCEL_ROUNDS, DELETE_ROUNDS, REQUEUE_ROUNDS, ActionTooling, CancelOutcome
 from .controls import WORKER_COMMANDS, ControlTooling
 from .history import HISTORY_MINUTES, HistoryTooling
 from .metrics import MetricsTooling
@@ -20,12 +20,14 @@ from .schedules import ScheduleTooling
 from .workers import WorkerTooling
 
 __all__ = [
+    "CANCEL_ROUNDS",
     "DELETE_ROUNDS",
     "HISTORY_MINUTES",
     "NEWEST_FIRST",
     "REQUEUE_ROUNDS",
     "WORKER_COMMANDS",
     "ActionTooling",
+    "CancelOutcome",
     "ControlTooling",
     "HistoryTooling",
     "MetricsTooling",

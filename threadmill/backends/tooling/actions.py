@@ -1,17 +1,27 @@
-"""The backend's half of `threadmill.api.actions`: requeue, delete and purge tasks, and tell which an action touches.
+"""The backend's half of `threadmill.api.actions`: requeue, delete, purge and cancel tasks, and what an action touches.
 
 Every move is one Lua script call (a bounded batch or window each), so a crash never loses
 a task between two writes. Without `force` a running task moves only when its lease is
 overdue or its worker silent, checked in the script that moves it; its abandoned attempt is
-recorded in its document.
+recorded in its document. A cancel finishes a ready or deferred task as failed, fenced by the
+segment it was read in; one leased in between gets an abort request in the same script.
 """
 
 from __future__ import annotations
 
+import enum
+import getpass
+import json
 import logging
+import socket
+import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 
-from ...outcome import record_abandoned
+from django.tasks.exceptions import TaskResultDoesNotExist
+
+from ...exceptions import UnreadableTaskError
+from ...outcome import cancelled_error, mark_failed, record_abandoned
 from .. import codec
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment
 from ..keys import TASK_FIELDS
@@ -26,6 +36,34 @@ logger = logging.getLogger("threadmill.backend")
 REQUEUE_ROUNDS = 3
 #: Times `delete(task_ids)` reads again where a task is, when it moved while being deleted.
 DELETE_ROUNDS = 3
+#: Times a cancel reads a task again when it moved between the read and the script (promoted, requeued).
+CANCEL_ROUNDS = 3
+
+
+class CancelOutcome(enum.Enum):
+    """What a cancel did to one task."""
+
+    CANCELLED = "cancelled"
+    ABORT_REQUESTED = "abort requested"
+    ALREADY_FINISHED = "already finished"
+    UNKNOWN = "unknown"
+    UNREADABLE = "unreadable"
+    #: It moved between ready and deferred each time it was read (`CANCEL_ROUNDS`); nothing changed.
+    KEPT_MOVING = "kept moving"
+
+    @property
+    def took(self) -> bool:
+        """Whether the task was cancelled or asked to abort."""
+        return self in (CancelOutcome.CANCELLED, CancelOutcome.ABORT_REQUESTED)
+
+
+def default_canceller() -> str:
+    """Name who cancels when no one is named: this process's user and host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for this uid (a container)
+        user = "an unnamed user"
+    return f"{user} on {socket.gethostname()}"
 
 
 class ActionTooling(ToolingHost):
@@ -220,3 +258,68 @@ class ActionTooling(ToolingHost):
             while batch := scripts.purge(queue_name, segment, self.config.batch_size):
                 removed += batch
         return removed
+
+    def cancel(self, task_id: str, *, by: str = "") -> bool:
+        """Cancel a task: finished FAILED with TaskCancelled if it had not started, else asked to abort.
+
+        Returns True when it was cancelled or an abort was requested, False when it had already
+        finished. Raises TaskResultDoesNotExist for an unknown id and UnreadableTaskError for a
+        task whose payload this code cannot read (it is quarantined, not cancellable).
+        """
+        outcome = self.cancel_outcome(task_id, by=by)
+        if outcome is CancelOutcome.UNKNOWN:
+            raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
+        if outcome is CancelOutcome.UNREADABLE:
+            raise UnreadableTaskError(f"Task {task_id} is unreadable; it cannot be cancelled.")
+        if outcome is CancelOutcome.KEPT_MOVING:
+            logger.warning("Task %s moved each of the %d times it was read to be cancelled.", task_id, CANCEL_ROUNDS)
+        return outcome.took
+
+    def cancel_many(self, task_ids: Iterable[str], *, by: str = "") -> list[str]:
+        """Cancel each task as `cancel` does; return the ids cancelled or asked to abort (unknown ids are skipped)."""
+        return [task_id for task_id in task_ids if self.cancel_outcome(task_id, by=by).took]
+
+    def cancel_outcome(self, task_id: str, *, by: str = "") -> CancelOutcome:
+        """Cancel one task as `cancel` does and say what happened to it, without raising for an unknown id."""
+        by = by or default_canceller()
+        now = time.time()
+        request = json.dumps({"by": by, "at": now})
+        scripts, keys = self.task_scripts(task_id), self.task_keys(task_id)
+        reply = -1
+        for _ in range(CANCEL_ROUNDS):
+            fields = translate_errors(self.client.hmget)(keys.task(task_id), ("data", "queue", "segment"))
+            if fields[1] is None or fields[2] is None:
+                return CancelOutcome.UNKNOWN
+            queue_name, segment = fields[1].decode(), fields[2].decode()
+            document = ""
+            if segment in ("ready", "deferred"):
+                document = self._cancelled_document(task_id, fields[0], Segment(segment), by, now)
+                if document is None:
+                    return CancelOutcome.UNREADABLE
+            minute = int(now // 60)
+            reply = scripts.cancel(task_id, queue_name, segment, document, self.config.result_ttl, request, minute)
+            if reply != -1:
+                break
+        return _CANCEL_REPLIES.get(reply, CancelOutcome.KEPT_MOVING)
+
+    @staticmethod
+    def _cancelled_document(task_id: str, data: bytes, segment: Segment, by: str, now: float) -> str | None:
+        """Return a ready or deferred task's document finished as cancelled by `by`; None if unreadable."""
+        try:
+            result = codec.decode(data, segment)
+        except UNREADABLE_PAYLOAD_ERRORS as e:
+            logger.warning("Task %s cannot be cancelled: its payload is unreadable (%s).", task_id, e)
+            return None
+        at = datetime.fromtimestamp(now, UTC)
+        message = f"Task {task_id} was cancelled by {by} at {at.isoformat()} before it ran."
+        mark_failed(result, cancelled_error(message), at)
+        return codec.encode_result(result)
+
+
+_CANCEL_REPLIES = {
+    1: CancelOutcome.CANCELLED,
+    2: CancelOutcome.ABORT_REQUESTED,
+    0: CancelOutcome.ALREADY_FINISHED,
+    -2: CancelOutcome.UNKNOWN,
+    -3: CancelOutcome.UNREADABLE,
+}

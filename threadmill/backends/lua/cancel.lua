@@ -1,0 +1,52 @@
+-- cancel: finish a ready or deferred task as failed (TaskCancelled) before it runs, or ask a running one to abort.
+-- The caller read the task and built its failed document from what it read; the move is fenced
+-- by the segment it read, so a task leased in between is never finished under a live lease:
+-- it gets the abort request instead, in this same call (never a lost update). The request is
+-- stored with the task (field abort_requested, the first one kept), where the worker running
+-- it looks; an older worker never looks, and runs the task to its end.
+-- KEYS[1] (hash)   the task
+-- KEYS[2] (zset)   the segment the caller read the task in (ready or deferred; unused otherwise)
+-- KEYS[3] (zset)   the queue's failed segment (score: finish time)
+-- KEYS[4] (hash)   the queue's totals: enqueued, finished, failed, cancelled
+-- KEYS[5] (string) this minute's egress counter of the queue
+-- KEYS[6] (string) this minute's failed counter of the queue
+-- ARGV[1] (string) task id
+-- ARGV[2] (string) the segment the caller read the task in
+-- ARGV[3] (string) the task's failed document (TaskCancelled recorded), or "" when read running
+-- ARGV[4] (number) result time to live, seconds
+-- ARGV[5] (string) the abort request, JSON {"by": ..., "at": ...}
+-- ARGV[6] (number) seconds a per-minute counter lives
+-- Returns: 1 cancelled; 2 abort requested (running); 0 already finished; -1 it left the segment
+--          read (read it again); -2 no such task; -3 unreadable (quarantined, not cancellable)
+local current = redis.call('HGET', KEYS[1], 'segment')
+if not current then
+  return -2
+end
+if current == 'running' then
+  redis.call('HSETNX', KEYS[1], 'abort_requested', ARGV[5])
+  return 2
+end
+if current == 'successful' or current == 'failed' then
+  return 0
+end
+if current == 'unreadable' then
+  return -3
+end
+if current ~= ARGV[2] or ARGV[3] == '' then
+  return -1
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+redis.call('HSET', KEYS[1], 'segment', 'failed', 'result', ARGV[3], 'abort_requested', ARGV[5])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('HINCRBY', KEYS[4], 'finished', 1)
+redis.call('HINCRBY', KEYS[4], 'failed', 1)
+redis.call('HINCRBY', KEYS[4], 'cancelled', 1)
+for _, counter in ipairs({KEYS[5], KEYS[6]}) do
+  if redis.call('INCR', counter) == 1 then
+    redis.call('EXPIRE', counter, ARGV[6])
+  end
+end
+return 1
