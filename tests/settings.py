@@ -27,6 +27,8 @@ TASKS = {
             "partitions": int(os.environ.get("THREADMILL_TEST_PARTITIONS", "1")),
             # THREADMILL_TEST_TIMEOUT_GRACE: the time-limit tests' short grace.
             "timeout_grace": float(os.environ.get("THREADMILL_TEST_TIMEOUT_GRACE", "10")),
+            # THREADMILL_TEST_ABORT_GRACE: the abort tests' short grace.
+            "abort_grace": float(os.environ.get("THREADMILL_TEST_ABORT_GRACE", "10")),
             # THREADMILL_TEST_TASK_TIMEOUT: the alias-wide time limit (the drain benchmark's limited row).
             "task_timeout": float(os.environ.get("THREADMILL_TEST_TASK_TIMEOUT") or 0) or None,
         },

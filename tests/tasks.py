@@ -400,3 +400,44 @@ def echo_reporting(value=None):
 
     threadmill.set_progress(1, 1, note="echoed")
     return value
+
+
+# -- cancel and abort -------------------------------------------------------------------
+
+
+@task(takes_context=True)
+def wait_for_abort(context, timeout_s=30.0):
+    """Count the start, poll `threadmill.aborting()` and record when it turned True (epoch seconds), then return."""
+    import threadmill
+
+    _count("started", context)
+    deadline = time.monotonic() + timeout_s
+    while not threadmill.aborting():
+        if time.monotonic() > deadline:
+            return "never aborted"
+        time.sleep(0.005)
+    _counter().hset("faults:aborting_at", context.task_result.id, repr(time.time()))
+    _count("finished", context)
+    return "returned"
+
+
+@task(takes_context=True)
+def ignore_abort(context):
+    """Count the start, then sleep in short steps for 30 s whatever `aborting()` says; count the `finally`."""
+    _count("started", context)
+    try:
+        for _ in range(3000):
+            time.sleep(0.01)
+        _count("finished", context)
+    finally:
+        _count("finally", context)
+
+
+@task(takes_context=True)
+def abort_stuck_in_c(context):
+    """Block in one C call that no asynchronous exception interrupts, past any abort grace."""
+    import select
+
+    _count("started", context)
+    select.select([], [], [], 30)
+    _count("finished", context)

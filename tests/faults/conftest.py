@@ -270,6 +270,9 @@ class Tally:
     def _counts(self, name: str) -> Counter:
         return Counter({key.decode(): int(n) for key, n in self.counter.hgetall(name).items()})
 
+    def _counts_raw(self, name: str) -> dict[str, bytes]:
+        return {key.decode(): value for key, value in self.counter.hgetall(name).items()}
+
     def started(self) -> Counter:
         """Starts per task id: a run interrupted by a fault counts here and not in `finished`."""
         return self._counts("faults:started")

@@ -26,6 +26,8 @@ DEFAULT_WORKER_TIMEOUT_S = 15.0
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
 #: Default time a task past its limit has to end before its worker process is replaced, seconds.
 DEFAULT_TIMEOUT_GRACE_S = 10.0
+#: Default time an aborted task has to end by itself before TaskCancelled is raised in it, seconds.
+DEFAULT_ABORT_GRACE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,7 @@ class BackendOptions:
     #: Time limit of a task with none of its own, seconds; None runs it for as long as it takes.
     task_timeout: float | None = None
     timeout_grace: float = DEFAULT_TIMEOUT_GRACE_S
+    abort_grace: float = DEFAULT_ABORT_GRACE_S
 
     @property
     def heartbeat_settle(self) -> float:

@@ -8,12 +8,18 @@ once, because at thousands of tasks a second each lookup shows in the profile.
 A run with a time limit is armed on the process's watchdog, which raises `TaskTimeout` in a
 sync task's thread at the limit; an `async def` task is cancelled at its limit by its own loop
 (`asyncio.timeout`), and `TaskTimeout` comes out of its coroutine.
+
+An abort reaches a run through `request_abort` (the fetcher's thread): from then on
+`threadmill.aborting()` is True in it, the watchdog raises `TaskCancelled` in it after the
+grace, and however it ends (returns, raises, times out) it is recorded FAILED with
+`TaskCancelled`, not retried. A run that ended before the request reached it keeps its outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from datetime import UTC, datetime, timedelta
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -24,7 +30,7 @@ from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
 from ..backends.base import ThreadmillTaskResult
-from ..exceptions import TaskTimeout
+from ..exceptions import TaskCancelled, TaskTimeout
 from ..logs import running_task
 from ..outcome import error_of, mark_failed, mark_successful, retry_delay
 
@@ -54,6 +60,43 @@ class Executor:
         #: `time.perf_counter()` when the task running now started, None between tasks (read by the fetcher).
         self.started_at: float | None = None
         self._is_async: dict[Any, bool] = {}
+        #: The result whose task code runs now, None outside it (the watchdog's abort reads it).
+        self.current: ThreadmillTaskResult | None = None
+        #: Lease token of the run an abort was requested for, and what its TaskCancelled says.
+        self.abort_token = ""
+        self.abort_message = ""
+        #: The consumer thread this executor runs on.
+        self.thread_id = threading.get_ident()
+
+    def request_abort(self, result: ThreadmillTaskResult, message: str, grace_s: float) -> bool:
+        """Abort the run of `result` if it still runs (any thread): TaskCancelled in it after `grace_s`.
+
+        Returns False when the run had already ended: its outcome stands.
+        """
+        self.abort_message = message
+        self.abort_token = result.lease_token
+        return self.watchdog.abort(self, result, grace_s, raises=not self._async(result.task.func))
+
+    def _end_run(self, result: ThreadmillTaskResult) -> bool:
+        """Leave the task code: disarm an abort armed on it; return whether an abort reached it."""
+        self.current = None
+        if self.abort_token != result.lease_token:
+            return False
+        try:
+            self.watchdog.disarm_thread(result, self.thread_id)
+        except TaskCancelled:
+            self.watchdog.disarm_thread(result, self.thread_id)
+        return True
+
+    def _cancelled(self, result: ThreadmillTaskResult, raised: BaseException | None) -> TaskCancelled:
+        """Return the TaskCancelled an aborted run ends with, the task's own exception as its context."""
+        if isinstance(raised, TaskCancelled):
+            if not raised.args:  # the watchdog raises the bare class
+                raised.args = (self.abort_message,)
+            return raised
+        cancelled = TaskCancelled(self.abort_message)
+        cancelled.__context__ = raised
+        return cancelled
 
     def run(self, result: ThreadmillTaskResult, limit_s: float | None = None) -> Outcome:
         """Run the task of `result` within `limit_s` (None: no limit), record how it ended and return the outcome."""
@@ -65,17 +108,24 @@ class Executor:
             close_old_connections()
             self.idle = False
         task_started.send(self.sender, task_result=result)
+        self.current = result
         try:
             if limit_s is None:
-                value = normalize_json(self._call(task, result))
+                value = self._call(task, result)
             else:
-                value = normalize_json(self._bounded(task, result, limit_s))
+                value = self._bounded(task, result, limit_s)
+            if self._end_run(result):
+                raise self._cancelled(result, None)
+            value = normalize_json(value)
         except BaseException as e:  # noqa: BLE001 - task code errors become TaskError
             # SystemExit and KeyboardInterrupt included: raised on a consumer thread they come
             # from task code (sys.exit(), exit()), as a signal the process receives runs its
             # handler on the main thread, which stops the process the bounded way.
+            aborted = self._end_run(result)
+            if aborted:
+                e = self._cancelled(result, e)
             mark_failed(result, error_of(e), datetime.now(UTC))
-            delay = retry_delay(result)
+            delay = None if aborted else retry_delay(result)
             # Sent inside the handler so Django's receiver logs the traceback.
             task_finished.send(self.sender, task_result=result)
             if delay is not None:
@@ -118,6 +168,10 @@ class Executor:
         except TaskTimeout as e:
             if not e.args:  # the watchdog raises the bare class: say which limit it passed
                 e.args = (message,)
+            raise
+        except TaskCancelled as e:
+            if not e.args:
+                e.args = (self.abort_message,)
             raise
         finally:
             self.watchdog.disarm(armed)

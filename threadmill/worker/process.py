@@ -37,6 +37,12 @@ The process moves through these phases (`Phase`); `_enter` is the only place tha
   attempts, and the process exits with `EXIT_TIMED_OUT`: its supervisor replaces it at once.
 - any -> STOPPED: every consumer thread died, or the fetcher met an error it cannot ride out.
 
+Aborts: while a task has run `ABORT_CHECK_INTERVAL_S` or more, the fetcher reads, at most that
+often and in one read-only call, whether an abort was requested for any such run, and hands a
+request to the run's executor (`Executor.request_abort`); the watchdog raises `TaskCancelled`
+in it `abort_grace` later. A drain of short tasks never makes the call. A run aborted and still
+going at the shutdown deadline is recorded FAILED with `TaskCancelled`, not handed back.
+
 An idle process (nothing ready, nothing held) does not poll: it blocks on its queues' wake
 lists, which every script that makes a task ready pushes one token onto (one token wakes one
 worker; a full acquire passes it on), and on its own wake list, which a stop signal pushes.
@@ -70,8 +76,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..backends.base import ThreadmillTaskResult, time_limit_s
-from ..exceptions import ServerUnreachable, TaskTimeout
-from ..outcome import error_of, mark_failed, record_abandoned, retry_delay, runs_alone
+from ..exceptions import ServerUnreachable, TaskCancelled, TaskTimeout
+from ..outcome import cancelled_error, error_of, mark_failed, record_abandoned, retry_delay, runs_alone
 from ..progress import PendingReport, TaskReports, running
 from .config import EXIT_FAILED, EXIT_RECYCLED, EXIT_TIMED_OUT, WorkerConfig
 from .executor import Executor, Outcome
@@ -98,6 +104,9 @@ RECONNECT_MAX_PAUSE_S = 2.0
 #: Longest an idle process blocks on its queues' wake lists before it looks again, seconds.
 #: An enqueue wakes it at once; the timeout only bounds what a lost token could cost.
 IDLE_WAIT_S = 5.0
+#: Shortest run, and pause between two looks, after which the fetcher looks for abort requests, seconds:
+#: a request reaches a run within about twice this, and tasks shorter than it never cost a call.
+ABORT_CHECK_INTERVAL_S = 0.5
 #: Share of `worker_timeout` a heartbeat gap may reach before buffered leases are no longer
 #: trusted. The broker recovers a worker silent for the whole timeout; half leaves room for a
 #: slow heartbeat call and the two clocks, and is still twice the heartbeat interval.
@@ -131,6 +140,8 @@ class Work:
     outcomes: list[Outcome] = field(default_factory=list)
     interrupted: list[ThreadmillTaskResult] = field(default_factory=list)
     reports: list[PendingReport] = field(default_factory=list)
+    #: Runs whose abort requests to look for.
+    abort_check: list[ThreadmillTaskResult] = field(default_factory=list)
     lease: int = 0
     wait_for_wake: bool = False
     pass_wake: bool = False
@@ -181,6 +192,9 @@ class WorkerProcess:
         self.watchdog = Watchdog(backend.config.timeout_grace, self._give_up, kill_at)
         #: Set when a task outlived its limit and grace: the process exits to be replaced.
         self.timed_out = False
+        #: Runs an abort request reached, by lease token: what their TaskCancelled says.
+        self.aborted: dict[str, str] = {}
+        self._next_abort_check_at = 0.0
         #: Why tasks still running at the shutdown deadline are interrupted, as recorded on them.
         self._interrupted_because = ""
         self._shutdown_at = float("inf")
@@ -325,12 +339,19 @@ class WorkerProcess:
             work.outcomes, self.outcomes = self.outcomes, []
         if self.reports:
             work.reports = self.reports.due(now, {o.result.lease_token for o in work.outcomes})
+        if now >= self._next_abort_check_at and self.running:
+            work.abort_check = self._abort_candidates()
+            if work.abort_check:
+                self._next_abort_check_at = now + ABORT_CHECK_INTERVAL_S
         if work.lease and self.budget is not None:
             self.budget -= work.lease
         if self._woken and (work.lease or self.phase is not Phase.FETCHING):
             # Quiet or stopping since it waited: the wake token it took would wake no one else.
             self._woken, work.pass_wake = False, not work.lease
-        if work.release or work.outcomes or work.reports or work.lease or work.pass_wake or self._unanswered:
+        if (
+            work.release or work.outcomes or work.reports or work.abort_check or work.lease or work.pass_wake
+            or self._unanswered
+        ):  # fmt: skip
             return work
         if self._idle and self.phase is Phase.FETCHING:
             # The fetch after the wait comes at once, whether a token or the timeout ended it.
@@ -338,6 +359,37 @@ class WorkerProcess:
             work.wait_for_wake = True
             return work
         return None
+
+    def _abort_candidates(self) -> list[ThreadmillTaskResult]:
+        """The runs going on for `ABORT_CHECK_INTERVAL_S` or more that no abort reached yet (the lock held)."""
+        since = time.perf_counter() - ABORT_CHECK_INTERVAL_S
+        candidates = []
+        for executor in self._executors:
+            result, started = executor.current, executor.started_at
+            if result is not None and started is not None and started <= since:
+                if result.lease_token not in self.aborted:
+                    candidates.append(result)
+        return candidates
+
+    def _deliver_aborts(self, results: list[ThreadmillTaskResult]) -> None:
+        """Look for abort requests of these runs and hand each one found to its run's executor."""
+        requests = self.backend.aborts_requested(results)
+        grace_s = self.backend.config.abort_grace
+        for result in results:
+            request = requests.get(result.lease_token)
+            if request is None:
+                continue
+            at = datetime.fromtimestamp(request["at"], UTC).isoformat()
+            message = f"Task {result.id} was aborted by {request['by']} (requested at {at})."
+            for executor in self._executors:
+                if executor.current is result and executor.request_abort(result, message, grace_s):
+                    with self._lock:
+                        if result.lease_token in self.running:
+                            self.aborted[result.lease_token] = message
+                    logger.warning(
+                        "Task %s: %s asked to abort it; TaskCancelled is raised in it in %g s unless it ends.",
+                        result.id, request["by"], grace_s,
+                    )  # fmt: skip
 
     def _take_last_work(self) -> Work:
         """At the shutdown deadline, take everything still held (the lock held): the last turn."""
@@ -434,6 +486,9 @@ class WorkerProcess:
                 # Before the acknowledgements, fenced by the same leases: the last values are kept.
                 self._write_reports(work.reports)
                 work.reports = []
+            if work.abort_check:
+                self._deliver_aborts(work.abort_check)
+                work.abort_check = []
             if work.release:
                 self.backend.release(work.release)
                 self._settled_leases(len(work.release))
@@ -553,6 +608,12 @@ class WorkerProcess:
         for result in results:
             interrupted = copy.copy(result)
             object.__setattr__(interrupted, "errors", list(result.errors))
+            message = self.aborted.pop(result.lease_token, None)
+            if message is not None:
+                # An abort reached it: interrupted now, it ends cancelled, not run again.
+                mark_failed(interrupted, cancelled_error(f"{message} Worker {self.name} {because}."), datetime.now(UTC))
+                self.backend.acknowledge_many([(interrupted, None)])
+                continue
             record_abandoned(interrupted, f"Worker {self.name} {because}.")
             self.backend.requeue(interrupted)
             logger.warning("Task %s was still running at the shutdown deadline; it goes back to ready.", result.id)
@@ -565,14 +626,20 @@ class WorkerProcess:
                 return  # it ended, or was handed back, meanwhile
             timed_out = copy.copy(result)
             object.__setattr__(timed_out, "errors", list(result.errors))
-            message = (
-                f"Task {result.id} passed its time limit of {armed.limit_s:g} s and had not ended "
-                f"{self.watchdog.grace_s:g} s later; worker {self.name} was replaced."
-            )
-            mark_failed(timed_out, error_of(TaskTimeout(message)), datetime.now(UTC))
+            aborted = self.aborted.pop(result.lease_token, None)
+            if aborted is not None:
+                message = f"{aborted} It had not ended {armed.limit_s + self.watchdog.grace_s:g} s later; "
+                mark_failed(timed_out, error_of(TaskCancelled(f"{message}worker {self.name} was replaced.")),
+                            datetime.now(UTC))  # fmt: skip
+            else:
+                message = (
+                    f"Task {result.id} passed its time limit of {armed.limit_s:g} s and had not ended "
+                    f"{self.watchdog.grace_s:g} s later; worker {self.name} was replaced."
+                )
+                mark_failed(timed_out, error_of(TaskTimeout(message)), datetime.now(UTC))
             if not self.outcomes:
                 self._outcomes_since = now
-            self.outcomes.append(Outcome(timed_out, None, retry_delay(timed_out)))
+            self.outcomes.append(Outcome(timed_out, None, None if aborted is not None else retry_delay(timed_out)))
             self.timed_out = True
             self._interrupted_because = f"was replaced after task {result.id} outlived its time limit"
             self._shutdown_at = now
@@ -587,6 +654,7 @@ class WorkerProcess:
     def _consume(self, executor: Executor) -> None:
         lock, buffer, outcome, result, ran_s = self._lock, self.buffer, None, None, 0.0
         clock = time.perf_counter
+        executor.thread_id, running.executor = threading.get_ident(), executor
         try:
             while True:
                 with lock:
@@ -736,6 +804,8 @@ class WorkerProcess:
     def _finish(self, outcome: Outcome, ran_s: float) -> None:
         if self.running.pop(outcome.result.lease_token, None) is None:
             return  # handed back at the shutdown deadline; the process is exiting
+        if self.aborted:
+            self.aborted.pop(outcome.result.lease_token, None)
         self.prefetch.task_ran(ran_s)
         if outcome.result.lease_token == self._alone:
             self._has_tasks.notify_all()

@@ -1,4 +1,4 @@
-"""The watchdog: one thread per worker process that holds its running tasks to their time limits.
+"""The watchdog: one thread per worker process that holds its running tasks to their time limits and aborts.
 
 A consumer arms it for a run with a limit and disarms it when the run ends. At the limit a sync
 task gets `TaskTimeout` as an asynchronous exception in its consumer thread: Python raises it
@@ -7,6 +7,14 @@ between two bytecodes, so its `finally` blocks run, but a call blocked in C (a s
 loop (the executor's `asyncio.timeout`), so the watchdog only watches it. A run still armed
 `grace` after its limit is given up: `on_stuck` is called once for it, on this thread, and the
 process replaces itself.
+
+An abort (an operator's cancel of a running task) arms the run the same way, from the fetcher
+thread: `TaskCancelled` at `abort_grace` after the request reached it, given up `grace` later.
+A run under a limit keeps one entry, due at whichever comes first. The fetcher arms only a run
+its consumer has not finished: it names the run to abort on the executor (`abort_token`), then
+looks, under this lock, whether that run is still the executor's `current`; the consumer clears
+`current`, then looks at `abort_token` and, if it names its run, disarms under this lock. The
+GIL orders the four steps, so either the fetcher sees the run gone or the consumer disarms.
 
 Invariants: at most one exception is raised per run, and none once the run is disarmed (the
 raise and the disarm take the same lock, and the disarm clears one raised but not yet delivered).
@@ -26,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backends.base import ThreadmillTaskResult
-from ..exceptions import TaskTimeout
+from ..exceptions import TaskCancelled, TaskTimeout
 
 logger = logging.getLogger("threadmill.worker")
 
@@ -48,6 +56,8 @@ class Armed:
     raise_at: float
     give_up_at: float
     raised: bool = False
+    #: What is raised at `raise_at`: TaskTimeout at the limit, TaskCancelled at an abort's grace.
+    exception: type[BaseException] = TaskTimeout
 
 
 class Watchdog:
@@ -81,10 +91,41 @@ class Watchdog:
         """Stop watching `armed`; a TaskTimeout raised in the run while this runs still comes out of it."""
         try:
             self._disarm(armed)
-        except TaskTimeout:
+        except (TaskTimeout, TaskCancelled):
             # Delivered inside the first call: there is no second one, so this one completes.
             self._disarm(armed)
             raise
+
+    def abort(self, executor: Any, result: ThreadmillTaskResult, grace_s: float, *, raises: bool) -> bool:
+        """Arm `executor`'s run of `result` to get TaskCancelled in `grace_s`; False when that run is over.
+
+        The caller named the run in `executor.abort_token` first (see the module docstring).
+        """
+        now = time.monotonic()
+        with self._changed:
+            if executor.current is not result:
+                return False
+            thread_id = executor.thread_id
+            armed = self._armed.get(thread_id)
+            if armed is None or armed.result is not result:
+                armed = Armed(thread_id, result, grace_s, float("inf"), float("inf"), exception=TaskCancelled)
+                self._armed[thread_id] = armed
+            if raises and not armed.raised and now + grace_s < armed.raise_at:
+                armed.raise_at, armed.exception, armed.limit_s = now + grace_s, TaskCancelled, grace_s
+            armed.give_up_at = min(armed.give_up_at, now + grace_s + self.grace_s)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+                self._thread.start()
+            self._publish_kill_at()
+            self._changed.notify()
+        return True
+
+    def disarm_thread(self, result: ThreadmillTaskResult, thread_id: int) -> None:
+        """Stop watching `thread_id`'s run of `result`, if it is still watched (an abort armed it)."""
+        with self._changed:
+            armed = self._armed.get(thread_id)
+        if armed is not None and armed.result is result:
+            self.disarm(armed)
 
     def _disarm(self, armed: Armed) -> None:
         with self._changed:
@@ -110,7 +151,7 @@ class Watchdog:
                         self._give_up(armed)
                     elif now >= armed.raise_at and not armed.raised:
                         armed.raised = True
-                        _set_async_exc(armed.thread_id, TaskTimeout)
+                        _set_async_exc(armed.thread_id, armed.exception)
                 due = [a.give_up_at if a.raised or a.raise_at == float("inf") else a.raise_at
                        for a in self._armed.values()]
                 self._changed.wait(max(0.0, min(due) - now) if due else None)
@@ -120,9 +161,10 @@ class Watchdog:
         del self._armed[armed.thread_id]
         self._giving_up = True
         logger.error(
-            "Task %s did not end %g s after its time limit of %g s; this worker process is replaced.",
+            "Task %s did not end %g s after its %s of %g s; this worker process is replaced.",
             armed.result.id,
             self.grace_s,
+            "abort's grace" if armed.exception is TaskCancelled else "time limit",
             armed.limit_s,
         )
         self._changed.release()
