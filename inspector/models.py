@@ -5,7 +5,7 @@ from django.db import models
 
 
 class AuditEntry(models.Model):
-    """One console action: requeue, delete or purge with the tasks it touched, or an operator control.
+    """One console action: requeue, delete, purge or cancel with the tasks it touched, or an operator control.
 
     Controls touch no task: pausing or resuming a queue (or a schedule: `scope` names it),
     quieting or stopping a worker process (`scope` names it) and running a schedule now
@@ -21,6 +21,7 @@ class AuditEntry(models.Model):
         QUIET = "quiet", "Quiet"
         STOP = "stop", "Stop"
         RUN_NOW = "run_now", "Run now"
+        CANCEL = "cancel", "Cancel"
 
     #: Most task ids an entry keeps; a purge of a million tasks records the count only.
     MAX_TASK_IDS = 1000

@@ -34,6 +34,7 @@ urlpatterns = [
     ),
     path("<tm_backend:backend>/task/<tm_task_id:task_id>/", views.task_detail, name="task_detail"),
     path("<tm_backend:backend>/task/<tm_task_id:task_id>/requeue/", views.requeue_task, name="requeue_task"),
+    path("<tm_backend:backend>/task/<tm_task_id:task_id>/cancel/", views.cancel_task, name="cancel_task"),
     path("<tm_backend:backend>/<tm_queue:queue>/pause/", operate.pause_queue, name="pause_queue"),
     path("<tm_backend:backend>/<tm_queue:queue>/resume/", operate.resume_queue, name="resume_queue"),
     path(

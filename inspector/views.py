@@ -208,6 +208,31 @@ def requeue_task(request, backend: str, task_id: str):
     return redirect("inspector:task_detail", backend, task_id)
 
 
+@require_POST
+@console_view
+@change_required
+def cancel_task(request, backend: str, task_id: str):
+    task = _task_or_404(backend, task_id)
+    outcome = api.cancel(backend, [task_id], by=request.user.get_username())[task_id]
+    segment = str(task.segment or "")
+    took = [task_id] if outcome.took else []
+    audit.record(request, "cancel", backend, _queue_of(task), segment, "one task", len(took), took)
+    say = messages.success if outcome.took else messages.warning
+    say(request, _CANCEL_SAYS[outcome].format(task_id))
+    return redirect("inspector:task_detail", backend, task_id)
+
+
+#: What the console says after a cancel, by outcome.
+_CANCEL_SAYS = {
+    api.CancelOutcome.CANCELLED: "Cancelled task {}: it will not run.",
+    api.CancelOutcome.ABORT_REQUESTED: "Task {} is running: its worker was asked to abort it.",
+    api.CancelOutcome.ALREADY_FINISHED: "Task {} was not cancelled: it had already finished.",
+    api.CancelOutcome.UNKNOWN: "Task {} was not cancelled: it no longer exists.",
+    api.CancelOutcome.UNREADABLE: "Task {} was not cancelled: it is unreadable.",
+    api.CancelOutcome.KEPT_MOVING: "Task {} was not cancelled: it kept moving; try again.",
+}
+
+
 def _say_task_requeued(request, task_id: str, segment: str, done: api.Requeued, force: bool) -> None:
     if done.moved:
         messages.success(request, f"Requeued task {task_id}." + (_FORCED if force else ""))
