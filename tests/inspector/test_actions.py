@@ -211,7 +211,7 @@ def test_a_task_page_s_requeue_leaves_a_task_that_left_the_segment_the_page_show
     task_id = seeded["successful"]
     url = f"/threadmill/default/task/{task_id}/requeue/"
     page = operator_client.get(f"/threadmill/default/task/{task_id}/").content.decode()
-    assert 'name="seen" value="successful"' in page
+    assert 'name="seen" form="requeue-task" value="successful"' in page
 
     response = csrf_post(operator_client, url, {"seen": "failed"})
 

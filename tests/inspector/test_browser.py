@@ -484,3 +484,18 @@ def test_no_page_load_asks_for_a_file_that_is_missing(page, live):
     assert page.request.get(icon).status == 200
     assert page.request.get("/favicon.ico").status == 200  # redirected to the icon, for pages that do not link it
     assert missing == []
+
+
+def test_a_requeue_from_a_task_page_opened_before_the_task_ran_names_the_segment_shown_now(page, live, backend):
+    from tests.tasks import echo
+
+    task_id = echo.enqueue("late").id
+    log_in(page, f"/threadmill/default/task/{task_id}/")
+    expect_text(page, "#task-state", "READY")
+    worker = live.start_worker()
+    expect_text(page, "#task-state", "SUCCESSFUL")  # the status partial polled it
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button:text('Requeue this task')")
+    # The page was rendered while the task was ready: the form must carry what it shows now.
+    expect_text(page, ".messages", f"Requeued task {task_id}.")
+    assert live.stop_worker(worker) == 0
