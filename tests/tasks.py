@@ -441,3 +441,38 @@ def abort_stuck_in_c(context):
     _count("started", context)
     select.select([], [], [], 30)
     _count("finished", context)
+
+
+# -- time limits and aborts, counted (no counter server needed) ---------------------------
+
+
+def _sleep_in_steps(seconds: float) -> None:
+    """Sleep in 10 ms steps, so an asynchronous exception (TaskTimeout, TaskCancelled) lands between two."""
+    for _ in range(int(seconds * 100)):
+        time.sleep(0.01)
+
+
+@task(timeout=SHORT_LIMIT_S)
+def past_its_limit():
+    """Sleep 30 s in steps, far past its limit."""
+    _sleep_in_steps(30)
+
+
+@task(
+    takes_context=True,
+    timeout=SHORT_LIMIT_S,
+    retry=ExponentialBackoff(
+        base_delay=0.05, max_retries=1, expected_exceptions=("threadmill.exceptions.TaskTimeout",), jitter=0
+    ),
+)
+def past_its_limit_first(context):
+    """Sleep past the limit on the first attempt, return the attempt number on the next."""
+    if context.attempt == 1:
+        _sleep_in_steps(30)
+    return context.attempt
+
+
+@task
+def until_aborted():
+    """Sleep 30 s in steps, whatever `aborting()` says: the abort's grace ends it."""
+    _sleep_in_steps(30)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from django.tasks import TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 
-from .exceptions import AcknowledgementTimeout, AttemptAbandoned, TaskCancelled, WorkerLost
+from .exceptions import AcknowledgementTimeout, AttemptAbandoned, TaskCancelled, TaskTimeout, WorkerLost
 from .retry import next_retry_delay
 
 if TYPE_CHECKING:
@@ -96,6 +96,14 @@ def keeps_losing_its_worker(
     path = class_path(WorkerLost)
     recent = [*result.errors[-(limit - 1) :], latest] if limit > 1 else [latest]
     return len(recent) == limit and all(error.exception_class_path == path for error in recent)
+
+
+def ended_by(result: TaskResult) -> type[BaseException] | None:
+    """Return TaskTimeout or TaskCancelled when a time limit or an abort ended the failed run of `result`, else None."""
+    if result.status != TaskResultStatus.FAILED or not result.errors:
+        return None
+    path = result.errors[-1].exception_class_path
+    return next((cls for cls in (TaskTimeout, TaskCancelled) if class_path(cls) == path), None)
 
 
 def runs_alone(result: ThreadmillTaskResult) -> bool:

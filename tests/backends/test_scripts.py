@@ -8,6 +8,7 @@ from tests.backends.conftest import enqueue
 from tests.tasks import echo
 from threadmill.backends.base import Segment
 from threadmill.backends.merge import ROW_WIDTH
+from threadmill.backends.scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT
 
 T = "threadmill:{default}:task:"
 Q = "threadmill:{default}:default:"
@@ -79,6 +80,31 @@ def test_acknowledge_moves_a_batch_over_both_finished_segments_and_refuses_a_rep
     assert raw.hget(T + "id-2", "result") == b"r2"
     assert raw.get(Q + "failed:1") == b"1"
     assert raw.hmget(Q + "totals", "finished", "failed") == [b"3", b"1"]
+
+
+def test_acknowledge_counts_the_runs_a_time_limit_or_an_abort_ended_only_where_stored(scripts, raw):
+    for i in range(3):
+        scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)
+    scripts.acquire(["default"], 3, "w", 30, "tok")
+    entries = [
+        ("id-0", "default", "tok:1", "r0", Segment.FAILED, ENDED_BY_TIME_LIMIT),
+        ("id-1", "default", "tok:2", "r1", Segment.FAILED, ENDED_BY_ABORT),
+        ("id-2", "default", "wrong", "r2", Segment.FAILED, ENDED_BY_TIME_LIMIT),
+    ]
+    assert scripts.acknowledge(entries, 60, 1) == [1, 1, 0]
+    assert raw.hmget(Q + "totals", "failed", "timed_out", "aborted") == [b"2", b"1", b"1"]
+    # Without a letter (the usual call, or an older caller's) nothing more is counted.
+    assert scripts.acknowledge([("id-2", "default", "tok:3", "r2", Segment.FAILED)], 60, 1) == [1]
+    assert raw.hmget(Q + "totals", "failed", "timed_out", "aborted") == [b"3", b"1", b"1"]
+
+
+def test_requeue_counts_the_totals_field_it_is_given_once_requeued(scripts, raw):
+    scripts.enqueue("id", "{}", "default", Segment.READY, "1", "1", 1)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    assert scripts.requeue("id", "default", run_after=None, token="wrong", counted="timed_out") == -1
+    assert raw.hget(Q + "totals", "timed_out") is None
+    assert scripts.requeue("id", "default", run_after=None, token="tok:1", counted="timed_out") == 1
+    assert raw.hget(Q + "totals", "timed_out") == b"1"
 
 
 def test_requeue_moves_from_any_segment_and_keeps_the_priority_band(scripts, raw):

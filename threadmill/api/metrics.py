@@ -18,6 +18,17 @@ from .queues import backend_aliases, get_backend
 
 __all__ = ["CONTENT_TYPE_LATEST", "exposition"]
 
+#: The counter `threadmill_tasks_<name>_total` of each of a queue's totals, and what it counts.
+COUNTED = {
+    "enqueued": "Tasks enqueued",
+    "finished": "Tasks finished",
+    "failed": "Tasks failed",
+    "cancelled": "Tasks cancelled before they ran",
+    "abort_requested": "Running tasks asked to abort",
+    "aborted": "Runs ended by an abort (TaskCancelled)",
+    "timed_out": "Runs that passed their time limit (TaskTimeout), retried or failed",
+}
+
 
 class ThreadmillCollector:
     """Collect queue and worker metrics from every threadmill backend at scrape time."""
@@ -36,9 +47,9 @@ class ThreadmillCollector:
         )
         counters = {
             name: CounterMetricFamily(
-                f"threadmill_tasks_{name}", f"Tasks {name} since the queue was first used.", labels=["backend", "queue"]
+                f"threadmill_tasks_{name}", f"{what} since the queue was first used.", labels=["backend", "queue"]
             )
-            for name in ("enqueued", "finished", "failed")
+            for name, what in COUNTED.items()
         }
         alive = GaugeMetricFamily(
             "threadmill_workers_alive", "Worker processes with a current heartbeat.", labels=["backend"]

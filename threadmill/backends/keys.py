@@ -149,7 +149,7 @@ class KeySchema:
         return f"{self.prefix}:{queue_name}:{direction}:"
 
     def totals(self, queue_name: str) -> str:
-        """Hash of a queue's monotonic counters since it was first used: enqueued, finished, failed."""
+        """Hash of a queue's monotonic counters since it was first used (`tooling.metrics.TOTALS`)."""
         return f"{self.prefix}:{queue_name}:totals"
 
     def telemetry(self) -> str:

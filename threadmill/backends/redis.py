@@ -28,8 +28,9 @@ from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 from redis.cluster import RedisCluster
 
-from ..exceptions import BackendConnectionError, ServerUnreachable, UnreadableTaskError
+from ..exceptions import BackendConnectionError, ServerUnreachable, TaskCancelled, TaskTimeout, UnreadableTaskError
 from ..identity import this_process_name
+from ..outcome import ended_by
 from ..schedules import Schedule, parse_schedules
 from . import codec, layout
 from .aio import AsyncClients, send_task_enqueued
@@ -47,7 +48,7 @@ from .options import parse_options
 from .partitions import by_partition
 from .replication import wait_for_replicas
 from .routing import PartitionRouting
-from .scripts import UNREACHABLE_ERRORS, RedisScripts, translate_errors
+from .scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT, UNREACHABLE_ERRORS, RedisScripts, translate_errors
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
@@ -60,6 +61,8 @@ WORKER_WAKE_TTL_S = 60
 RELEASE_SCAN_LIMIT = 100_000
 
 
+#: The letter acknowledge.lua counts a run by, by what ended it (`outcome.ended_by`).
+_ENDED_BY = {TaskTimeout: ENDED_BY_TIME_LIMIT, TaskCancelled: ENDED_BY_ABORT}
 #: Marks `acknowledge` called without a return value: the result's own is stored.
 _ON_RESULT: Any = object()
 
@@ -432,7 +435,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         for result, return_value in outcomes:
             segment = Segment.SUCCESSFUL if result.status == TaskResultStatus.SUCCESSFUL else Segment.FAILED
             document = codec.encode_result(result, return_value)
-            entries.append((result.id, result.task.queue_name, result.lease_token, document, segment))
+            end = _ENDED_BY.get(ended_by(result), "-")
+            entries.append((result.id, result.task.queue_name, result.lease_token, document, segment, end))
         minute = int(time.time() // 60)
         if len(self.covered_partitions()) == 1:
             accepted = self.scripts.acknowledge(entries, self.config.result_ttl, minute)
@@ -578,12 +582,15 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         """
         at = self._run_after_seconds(run_after)
         if isinstance(task, TaskResult):
+            token = getattr(task, "lease_token", "")
             reply = self.task_scripts(task.id).requeue(
                 task.id,
                 task.task.queue_name,
                 run_after=at,
-                token=getattr(task, "lease_token", ""),
+                token=token,
                 document=codec.encode_result(task),
+                # A worker's retry of a run its time limit ended (a result read back carries no lease).
+                counted="timed_out" if token and ended_by(task) is TaskTimeout else "",
             )
         else:
             return self._requeue_by_id(task, at) == 1

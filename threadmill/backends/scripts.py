@@ -47,6 +47,10 @@ UNREACHABLE_ERRORS = (
 )
 
 
+#: Letters of acknowledge.lua's optional argument: a run its time limit ended, or an abort.
+ENDED_BY_TIME_LIMIT = "t"
+ENDED_BY_ABORT = "a"
+
 #: A line of a script that stands for a file of `lua/lib/` (shared local functions), as `-- include: keyset`.
 _INCLUDE = re.compile(r"^-- include: (\w+)$", re.MULTILINE)
 
@@ -344,10 +348,12 @@ class RedisScripts:
         )
 
     @translate_errors
-    def acknowledge(
-        self, entries: Sequence[tuple[str, str, str, str, Segment]], result_ttl: float, minute: int
-    ) -> list:
-        """Acknowledge (task id, queue, lease token, document, finished segment) entries; 1 or 0 each."""
+    def acknowledge(self, entries: Sequence[tuple], result_ttl: float, minute: int) -> list:
+        """Acknowledge (task id, queue, lease token, document, finished segment[, end]) entries; 1 or 0 each.
+
+        `end` is `ENDED_BY_TIME_LIMIT` or `ENDED_BY_ABORT` for a run one of them ended, counted in
+        the queue's totals; the letters go only when one is there, so the usual call sends none.
+        """
         k = self.keys
         queues = list(dict.fromkeys(entry[1] for entry in entries))
         index = {name: j for j, name in enumerate(queues, 1)}
@@ -357,9 +363,13 @@ class RedisScripts:
         args: list[Any] = [
             int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), self.sharded_flag, len(queues), *queues
         ]  # fmt: skip
-        for task_id, queue_name, token, document, segment in entries:
+        marks = ""
+        for task_id, queue_name, token, document, segment, *end in entries:
             keys += [k.task(task_id), k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, segment)]
             args += [task_id, token, document, segment.value, index[queue_name]]
+            marks += end[0] if end else "-"
+        if marks.strip("-"):
+            args.append(marks)
         return self._run(self._acknowledge, keys=keys, args=args)
 
     @translate_errors
@@ -372,15 +382,20 @@ class RedisScripts:
         token: str = "",
         document: str = "",
         segment: str = "",
+        counted: str = "",
     ) -> int:
-        """Requeue one task, fenced by its lease `token` and by the `segment` it was read in ("" for none)."""
+        """Requeue one task, fenced by its lease `token` and by the `segment` it was read in ("" for none).
+
+        `counted` names a field of the queue's totals to add 1 to once requeued ("" for none).
+        """
         k = self.keys
         target = "ready" if run_after is None else "deferred"
-        return self._run(
-            self._requeue,
-            keys=[k.task(task_id), k.result(task_id), *self.segment_keys(queue_name), k.wake(queue_name)],
-            args=[task_id, target, "" if run_after is None else repr(run_after), token, document, segment],
-        )
+        keys = [k.task(task_id), k.result(task_id), *self.segment_keys(queue_name), k.wake(queue_name)]
+        args = [task_id, target, "" if run_after is None else repr(run_after), token, document, segment]
+        if counted:
+            keys.append(k.totals(queue_name))
+            args.append(counted)
+        return self._run(self._requeue, keys=keys, args=args)
 
     @translate_errors
     def quarantine(self, task_id: str, queue_name: str, segment: Segment, error: str, token: str = "") -> int:

@@ -44,6 +44,7 @@ def collect(backend, now: float) -> dict[str, Any]:
     oldest = backend.oldest_ready_enqueued_at(list(stats))
     paused = backend.paused_queues()
     workers = backend.live_workers()
+    totals = backend.totals()
     queues = []
     for name, counts in stats.items():
         serving = [w["worker"] for w in workers if name in w.get("queues", ())]
@@ -56,6 +57,7 @@ def collect(backend, now: float) -> dict[str, Any]:
                 "paused": None if pause is None else {"by": pause.by, "since": pause.since.timestamp()},
                 "workers": len(serving),
                 "unserved": bool(counts[Segment.READY]) and not serving and pause is None,
+                "totals": totals.get(name, {}),
             }
         )
     return {"backend": backend.alias, "queues": queues, "workers": [_worker(w) for w in workers]}

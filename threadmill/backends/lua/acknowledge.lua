@@ -5,10 +5,10 @@
 -- one ZREM and one ZADD per segment a call, not per task, since every command a script runs
 -- costs the server about a microsecond of bridging on top of its own work. Per queue it
 -- counts the tasks out this minute (and the failed ones), for the console's history, and
--- adds them to the queue's totals, for metrics.
+-- adds them to the queue's totals, for metrics (with the runs a time limit or an abort ended).
 -- KEYS[3j-2] (string) this minute's egress counter of queue j (1 <= j <= m)
 -- KEYS[3j-1] (string) this minute's failed counter of queue j
--- KEYS[3j]   (hash)   queue j's totals: enqueued, finished, failed
+-- KEYS[3j]   (hash)   queue j's totals: enqueued, finished, failed, timed_out, aborted
 -- KEYS[3m+3i-2] (hash) task i
 -- KEYS[3m+3i-1] (zset) task i's running segment
 -- KEYS[3m+3i]   (zset) task i's finished segment (successful or failed; score: finish time)
@@ -23,6 +23,9 @@
 -- ARGV[5+m+5i-2] (string) task i's finished document
 -- ARGV[5+m+5i-1] (string) task i's finished segment name, "successful" or "failed"
 -- ARGV[5+m+5i]   (number) task i's queue, j
+-- ARGV[6+m+5n] (string) optional, one letter a task: "t" its run passed its time limit, "a" an
+--                       abort ended it, "-" neither; absent (none of either, or an older caller):
+--                       nothing counted
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
 local ttl = tonumber(ARGV[1])
 local m = tonumber(ARGV[5])
@@ -34,10 +37,12 @@ local leaving = {}   -- running segment key -> ids
 local arriving = {}  -- finished segment key -> {score, id, score, id, ...}
 local out = {}
 local failed = {}
+local ended = {t = {}, a = {}}  -- per queue: runs a time limit ("t") or an abort ("a") ended
 for j = 1, m do
-  out[j], failed[j] = 0, 0
+  out[j], failed[j], ended.t[j], ended.a[j] = 0, 0, 0, 0
 end
 local n = (#KEYS - 3 * m) / 3
+local marks = ARGV[6 + m + 5 * n] or ''
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id = KEYS[k + 1], ARGV[a + 1]
@@ -55,6 +60,10 @@ for i = 1, n do
     out[j] = out[j] + 1
     if ARGV[a + 4] == 'failed' then
       failed[j] = failed[j] + 1
+    end
+    local mark = ended[string.sub(marks, i, i)]
+    if mark then
+      mark[j] = mark[j] + 1
     end
     accepted[i] = 1
   else
@@ -87,6 +96,12 @@ for j = 1, m do
     if failed[j] > 0 then
       count(KEYS[3 * j - 1], failed[j])
       redis.call('HINCRBY', KEYS[3 * j], 'failed', failed[j])
+    end
+    if ended.t[j] > 0 then
+      redis.call('HINCRBY', KEYS[3 * j], 'timed_out', ended.t[j])
+    end
+    if ended.a[j] > 0 then
+      redis.call('HINCRBY', KEYS[3 * j], 'aborted', ended.a[j])
     end
     redis.call(publish, ARGV[3], '{"type":"egress","queue":' .. cjson.encode(ARGV[5 + j]) .. ',"count":' .. out[j] .. '}')
   end

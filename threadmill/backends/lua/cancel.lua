@@ -7,7 +7,7 @@
 -- KEYS[1] (hash)   the task
 -- KEYS[2] (zset)   the segment the caller read the task in (ready or deferred; unused otherwise)
 -- KEYS[3] (zset)   the queue's failed segment (score: finish time)
--- KEYS[4] (hash)   the queue's totals: enqueued, finished, failed, cancelled
+-- KEYS[4] (hash)   the queue's totals: enqueued, finished, failed, cancelled, abort_requested
 -- KEYS[5] (string) this minute's egress counter of the queue
 -- KEYS[6] (string) this minute's failed counter of the queue
 -- ARGV[1] (string) task id
@@ -23,7 +23,10 @@ if not current then
   return -2
 end
 if current == 'running' then
-  redis.call('HSETNX', KEYS[1], 'abort_requested', ARGV[5])
+  -- Counted once a task, as the first request is the one kept.
+  if redis.call('HSETNX', KEYS[1], 'abort_requested', ARGV[5]) == 1 then
+    redis.call('HINCRBY', KEYS[4], 'abort_requested', 1)
+  end
   return 2
 end
 if current == 'successful' or current == 'failed' then

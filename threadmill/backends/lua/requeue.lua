@@ -9,12 +9,15 @@
 --                  the result is the task hash's `result` field
 -- KEYS[3..8] (zset) the task's queue segments: ready, deferred, running, successful, failed, unreadable
 -- KEYS[9]  (list)   the queue's wake list: one token wakes an idle worker for a task made ready
+-- KEYS[10] (hash)   the queue's totals, or absent (an older caller): where ARGV[7] is counted
 -- ARGV[1] (string) task id
 -- ARGV[2] (string) target segment, "ready" or "deferred"
 -- ARGV[3] (number) run_after as epoch seconds (deferred only)
 -- ARGV[4] (string) lease token the task must hold, or "" for no fence
 -- ARGV[5] (string) new payload, or "" to keep the stored one
 -- ARGV[6] (string) the segment the caller read the task in, or "" (or absent: an older caller) for any
+-- ARGV[7] (string) the totals field to add 1 to once requeued (the worker's retry of a run that
+--                  passed its time limit: "timed_out"), or absent for none
 -- Returns: 1 requeued; 0 no such task, or already ready; -1 the fence refused it (another lease,
 --          or the task left the segment ARGV[6] names)
 local segments = {ready = 3, deferred = 4, running = 5, successful = 6, failed = 7, unreadable = 8}
@@ -59,5 +62,8 @@ else
   if redis.call('LLEN', KEYS[9]) == 0 then
     redis.call('LPUSH', KEYS[9], '1')
   end
+end
+if KEYS[10] and (ARGV[7] or '') ~= '' then
+  redis.call('HINCRBY', KEYS[10], ARGV[7], 1)
 end
 return 1

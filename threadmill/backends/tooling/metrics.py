@@ -14,6 +14,11 @@ from ..keys import PRIORITY_BAND
 from ..scripts import translate_errors
 from .host import ToolingHost
 
+#: A queue's totals: enqueued, finished (any outcome) and failed; cancelled before they ran,
+#: abort requests (one a task), runs an abort ended and runs that passed their time limit
+#: (then retried or failed). Each is counted by the script that stores the outcome.
+TOTALS = ("enqueued", "finished", "failed", "cancelled", "abort_requested", "aborted", "timed_out")
+
 
 class MetricsTooling(ToolingHost):
     """Counting every queue's tasks per segment, its latency and its totals."""
@@ -59,18 +64,18 @@ class MetricsTooling(ToolingHost):
 
     @translate_errors
     def totals(self) -> dict[str, dict[str, int]]:
-        """Return each queue's monotonic counters since first use: enqueued, finished (any outcome), failed."""
+        """Return each queue's monotonic counters since first use, by the names in `TOTALS`."""
         names = self.queue_names()
         partitions = [self.keys_for(p) for p in self.covered_partitions()]
         pipe = self.client.pipeline(transaction=False)
         for name in names:
             for keys in partitions:
-                pipe.hmget(keys.totals(name), ("enqueued", "finished", "failed"))
+                pipe.hmget(keys.totals(name), TOTALS)
         rows = iter(pipe.execute())
         out = {}
         for name in names:
-            sums = [0, 0, 0]
+            sums = [0] * len(TOTALS)
             for _ in partitions:
                 sums = [a + int(v or 0) for a, v in zip(sums, next(rows), strict=True)]
-            out[name] = dict(zip(("enqueued", "finished", "failed"), sums, strict=True))
+            out[name] = dict(zip(TOTALS, sums, strict=True))
         return out
