@@ -98,6 +98,33 @@ class PurgeForm(forms.Form):
         return value
 
 
+#: Tasks a bulk cancel may touch with a click; above this many the queue's name must be typed.
+TYPED_CANCEL_ABOVE = 100
+
+
+class CancelConfirmForm(forms.Form):
+    """Cancelling more than `TYPED_CANCEL_ABOVE` tasks asks the user to type the queue's name."""
+
+    confirm = forms.CharField(required=False, max_length=200, label="Type the queue name to confirm")
+
+    def __init__(self, *args, queue_name: str, count: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.queue_name, self.count = queue_name, count
+
+    @property
+    def typed(self) -> bool:
+        """Whether this many tasks need the queue name typed."""
+        return self.count > TYPED_CANCEL_ABOVE
+
+    def clean_confirm(self):
+        value = self.cleaned_data["confirm"]
+        if self.typed and value != self.queue_name:
+            raise ValidationError(
+                f"Type the queue name, {self.queue_name}, exactly to cancel more than {TYPED_CANCEL_ABOVE} tasks."
+            )
+        return value
+
+
 def reason(form: forms.Form) -> str:
     """Return a form's errors as one sentence for a 400 page, each field's prefixed by its name."""
     return " ".join(

@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from . import converters, metrics, operate, views
+from . import cancel, converters, metrics, operate, views
 
 register_converter(converters.BackendConverter, "tm_backend")
 register_converter(converters.QueueConverter, "tm_queue")
@@ -47,6 +47,9 @@ urlpatterns = [
         "<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/requeue/", views.requeue_tasks, name="requeue_tasks"
     ),
     path("<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/delete/", views.delete_tasks, name="delete_tasks"),
+    path(
+        "<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/cancel/", cancel.cancel_tasks, name="cancel_tasks"
+    ),
     path(
         "<tm_backend:backend>/<tm_queue:queue>/<tm_segment:segment>/purge/", views.purge_segment, name="purge_segment"
     ),

@@ -88,7 +88,8 @@ def task_list(request, backend: str, queue: str, segment: api.Segment):
     context = {
         "active": "queues", "backend": backend, "queue_name": queue, "segment": segment, "table": table, "where": where,
         "segments": list(api.Segment), "can_change": can_change(request.user), "lease": lease,
-        "requeueable": segment in api.REQUEUEABLE_SEGMENTS, "filter_form": forms.FilterForm(request.GET or None),
+        "requeueable": segment in api.REQUEUEABLE_SEGMENTS, "cancellable": segment in api.CANCELLABLE_SEGMENTS,
+        "filter_form": forms.FilterForm(request.GET or None),
         "lease_flags": api.controls.LEASE_FLAGS if segment is api.Segment.RUNNING else (),
     }  # fmt: skip
     if not request.htmx:

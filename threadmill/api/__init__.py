@@ -24,9 +24,14 @@ from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, Unreadab
 from ..identity import WorkerName
 from . import controls, history, metrics, schedules
 from .actions import (
+    CANCEL_VIEW_LIMIT,
+    CANCELLABLE_SEGMENTS,
     CancelOutcome,
+    Cancelled,
     Requeued,
     cancel,
+    cancel_selected,
+    cancel_view,
     count_selected,
     count_view,
     delete,
@@ -60,7 +65,10 @@ from .workers import TelemetryHub, WorkerSnapshot, hub, parse_worker_event
 logger = logging.getLogger("threadmill.api")
 
 __all__ = [
+    "CANCELLABLE_SEGMENTS",
+    "CANCEL_VIEW_LIMIT",
     "CancelOutcome",
+    "Cancelled",
     "FILTER_SCAN_LIMIT",
     "NO_FILTER",
     "REQUEUEABLE_SEGMENTS",
@@ -79,6 +87,8 @@ __all__ = [
     "WorkerSnapshot",
     "backend_aliases",
     "cancel",
+    "cancel_selected",
+    "cancel_view",
     "controls",
     "count_selected",
     "count_view",

@@ -18,6 +18,10 @@ from .queues import NO_FILTER, Filter, get_backend, page, task
 
 #: Most tasks of a running view whose leases are read to tell which a requeue would skip.
 LIVE_LEASE_CHECK_LIMIT = 1000
+#: Most tasks one "cancel all in this view" cancels; each is a read and a script call, so a view is cut here.
+CANCEL_VIEW_LIMIT = 1000
+#: The segments whose tasks a cancel applies to: waiting ones never run, running ones are asked to abort.
+CANCELLABLE_SEGMENTS = (Segment.READY, Segment.DEFERRED, Segment.RUNNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +129,59 @@ def purge(alias: str, queue_name: str, segment: Segment) -> int:
     return get_backend(alias).purge(queue_name, segment=segment)
 
 
-def cancel(alias: str, task_ids: Sequence[str], *, by: str) -> dict[str, CancelOutcome]:
-    """Cancel tasks by id (ready or deferred ones never run, running ones are asked to abort); say what each got."""
+def cancel(
+    alias: str, task_ids: Sequence[str], *, by: str, queue_name: str | None = None
+) -> dict[str, CancelOutcome]:
+    """Cancel tasks by id (ready or deferred ones never run, running ones are asked to abort); say what each got.
+
+    With `queue_name`, the ids of another queue's tasks are left alone and reported unknown.
+    """
     backend = get_backend(alias)
-    return {task_id: backend.cancel_outcome(task_id, by=by) for task_id in dict.fromkeys(task_ids)}
+    return {
+        task_id: backend.cancel_outcome(task_id, by=by, queue_name=queue_name) for task_id in dict.fromkeys(task_ids)
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """What a bulk cancel did: the ids cancelled, asked to abort, already finished, and left for another reason."""
+
+    cancelled: list[str]
+    abort_requested: list[str]
+    already_finished: list[str]
+    left: list[str]
+    #: Tasks of the view past `CANCEL_VIEW_LIMIT`, not touched.
+    beyond_limit: int = 0
+
+    @classmethod
+    def of(cls, outcomes: dict[str, CancelOutcome], beyond_limit: int = 0) -> Cancelled:
+        """Sort each task's outcome into the four lists."""
+        lists: dict[str, list[str]] = {"cancelled": [], "abort_requested": [], "already_finished": [], "left": []}
+        for task_id, outcome in outcomes.items():
+            lists[_CANCELLED_LIST.get(outcome, "left")].append(task_id)
+        return cls(**lists, beyond_limit=beyond_limit)
+
+    @property
+    def took(self) -> list[str]:
+        """The ids cancelled or asked to abort."""
+        return self.cancelled + self.abort_requested
+
+
+_CANCELLED_LIST = {
+    CancelOutcome.CANCELLED: "cancelled",
+    CancelOutcome.ABORT_REQUESTED: "abort_requested",
+    CancelOutcome.ALREADY_FINISHED: "already_finished",
+}
+
+
+def cancel_selected(alias: str, queue_name: str, task_ids: Sequence[str], *, by: str) -> Cancelled:
+    """Cancel the selected tasks of a queue, wherever they are now; ids of another queue's tasks are left alone."""
+    return Cancelled.of(cancel(alias, task_ids, by=by, queue_name=queue_name))
+
+
+def cancel_view(alias: str, queue_name: str, segment: Segment, where: Filter = NO_FILTER, *, by: str) -> Cancelled:
+    """Cancel the tasks of a (possibly filtered) segment view, the first `CANCEL_VIEW_LIMIT` of them."""
+    found = page(alias, queue_name, segment, 0, CANCEL_VIEW_LIMIT, where)
+    ids = [item.id for item in found.items]
+    outcomes = cancel(alias, ids, by=by, queue_name=queue_name)
+    return Cancelled.of(outcomes, beyond_limit=max(0, found.total - len(ids)))

@@ -279,8 +279,12 @@ class ActionTooling(ToolingHost):
         """Cancel each task as `cancel` does; return the ids cancelled or asked to abort (unknown ids are skipped)."""
         return [task_id for task_id in task_ids if self.cancel_outcome(task_id, by=by).took]
 
-    def cancel_outcome(self, task_id: str, *, by: str = "") -> CancelOutcome:
-        """Cancel one task as `cancel` does and say what happened to it, without raising for an unknown id."""
+    def cancel_outcome(self, task_id: str, *, by: str = "", queue_name: str | None = None) -> CancelOutcome:
+        """Cancel one task as `cancel` does and say what happened to it, without raising for an unknown id.
+
+        With `queue_name`, a task of another queue counts as unknown and is left alone (a task's
+        queue never changes, so this read cannot go stale).
+        """
         by = by or default_canceller()
         now = time.time()
         request = json.dumps({"by": by, "at": now})
@@ -288,7 +292,7 @@ class ActionTooling(ToolingHost):
         reply = -1
         for _ in range(CANCEL_ROUNDS):
             fields = translate_errors(self.client.hmget)(keys.task(task_id), ("data", "queue", "segment"))
-            if fields[1] is None or fields[2] is None:
+            if fields[1] is None or fields[2] is None or queue_name not in (None, fields[1].decode()):
                 return CancelOutcome.UNKNOWN
             queue_name, segment = fields[1].decode(), fields[2].decode()
             document = ""
