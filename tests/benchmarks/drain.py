@@ -142,9 +142,15 @@ def threadmill_worker(workers: int = 1, threads: int = 1) -> list[str]:
 
 
 def threadmill_queue(
-    name: str, arguments: list[str], note: str, depth: int, workers: int = 1, threads: int = 1
+    name: str,
+    arguments: list[str],
+    note: str,
+    depth: int,
+    workers: int = 1,
+    threads: int = 1,
+    extra_env: dict[str, str] | None = None,
 ) -> QueueUnderTest:
-    """Return a threadmill row: a pool of `workers` x `threads` run with `arguments`."""
+    """Return a threadmill row: a pool of `workers` x `threads` run with `arguments` (and `extra_env`)."""
     return QueueUnderTest(
         name=name,
         system="threadmill",
@@ -154,6 +160,7 @@ def threadmill_queue(
         settings="tests.settings",
         exits_when_drained=True,
         note=note,
+        extra_env=extra_env or {},
     )
 
 
@@ -164,12 +171,12 @@ def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderT
     ]
     # The cost of a time limit: every task armed on the watchdog (the lease outlasts it: no round trip).
     variants.append(
-        QueueUnderTest(
-            name=f"threadmill task_timeout {BENCH_TASK_TIMEOUT_S:g} s",
-            worker=command,
+        threadmill_queue(
+            f"threadmill task_timeout {BENCH_TASK_TIMEOUT_S:g} s",
+            [],
+            "a time limit on every task, default prefetch",
+            depth,
             extra_env={"THREADMILL_TEST_TASK_TIMEOUT": str(BENCH_TASK_TIMEOUT_S)},
-            note="a time limit on every task, default prefetch",
-            **common,
         )
     )
     # How the pool scales on this machine: a second process, or four threads in one.
