@@ -29,7 +29,8 @@ def test_history_counts_enqueued_finished_and_failed_tasks_per_minute(backend):
     assert [len(series) for series in history.values()] == [5, 5, 5, 5]
     # The last two minutes: the minute may turn during the test.
     assert (sum(history["enqueued"][-2:]), sum(history["finished"][-2:]), sum(history["failed"][-2:])) == (4, 4, 1)
-    assert backend.totals()["default"] == {"enqueued": 4, "finished": 4, "failed": 1}
+    limits = {"cancelled": 0, "abort_requested": 0, "aborted": 0, "timed_out": 0}
+    assert backend.totals()["default"] == {"enqueued": 4, "finished": 4, "failed": 1, **limits}
 
 
 def test_a_broker_pass_samples_the_oldest_ready_tasks_age(backend, raw):
