@@ -434,6 +434,19 @@ def ignore_abort(context):
 
 
 @task(takes_context=True)
+async def async_ignore_abort(context):
+    """Count the start, then await a 30 s sleep whatever `aborting()` says; count the `finally`."""
+    import asyncio
+
+    _count("started", context)
+    try:
+        await asyncio.sleep(30)
+        _count("finished", context)
+    finally:
+        _count("finally", context)
+
+
+@task(takes_context=True)
 def abort_stuck_in_c(context):
     """Block in one C call that no asynchronous exception interrupts, past any abort grace."""
     import select

@@ -109,6 +109,28 @@ def test_a_task_that_ignores_the_abort_gets_taskcancelled_after_the_grace_and_it
     assert pool.respawns() == []
 
 
+def test_an_async_task_that_ignores_the_abort_is_cancelled_after_the_grace_and_its_process_lives(
+    tally: Tally, fault_server, start_pool
+):
+    (task_id,) = tally.enqueue(1, tasks.async_ignore_abort)
+    pool = start_pool(
+        fault_server, "-w", "1", "-t", "1", "--exit-empty",
+        THREADMILL_TEST_ABORT_GRACE="0.3", THREADMILL_TEST_TIMEOUT_GRACE="20",
+    )  # fmt: skip
+    wait_for(lambda: pool.alive() and tally.started()[task_id], lambda: "the task starts", 30)
+
+    assert tally.backend.cancel(task_id) is True
+
+    # Its coroutine is cancelled on its own loop at the grace: well before the 20 s escalation.
+    wait_for(lambda: pool.process.poll() is not None, lambda: f"the pool drains and exits ({tally.summary()})", 10 + SLACK_S)
+    assert pool.process.returncode == 0, pool.output[-3000:]
+    result = tally.backend.get_result(task_id)
+    assert result.status == TaskResultStatus.FAILED and _error_paths(tally, task_id) == [CANCELLED]
+    assert "was aborted by" in result.errors[0].traceback and "was replaced" not in result.errors[0].traceback
+    assert tally._counts("faults:finally")[task_id] == 1 and tally.finished()[task_id] == 0
+    assert pool.respawns() == []
+
+
 def test_a_task_stuck_in_c_past_the_abort_grace_is_recorded_cancelled_and_its_process_replaced(
     tally: Tally, fault_server, start_pool
 ):

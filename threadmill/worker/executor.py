@@ -11,7 +11,8 @@ sync task's thread at the limit; an `async def` task is cancelled at its limit b
 
 An abort reaches a run through `request_abort` (the fetcher's thread): from then on
 `threadmill.aborting()` is True in it, the watchdog raises `TaskCancelled` in it after the
-grace, and however it ends (returns, raises, times out) it is recorded FAILED with
+grace (an `async def` task's coroutine is cancelled by its loop instead), and however it
+ends (returns, raises, times out) it is recorded FAILED with
 `TaskCancelled`, not retried. A run that ended before the request reached it keeps its outcome.
 """
 
@@ -65,6 +66,8 @@ class Executor:
         #: Lease token of the run an abort was requested for, and what its TaskCancelled says.
         self.abort_token = ""
         self.abort_message = ""
+        #: The asyncio task of the `async def` task running now, None otherwise (an abort cancels it).
+        self._coroutine: asyncio.Task | None = None
         #: The consumer thread this executor runs on.
         self.thread_id = threading.get_ident()
 
@@ -75,7 +78,26 @@ class Executor:
         """
         self.abort_message = message
         self.abort_token = result.lease_token
-        return self.watchdog.abort(self, result, grace_s, raises=not self._async(result.task.func))
+        is_async = self._async(result.task.func)
+        if not self.watchdog.abort(self, result, grace_s, raises=not is_async):
+            return False
+        if is_async:
+            self._cancel_coroutine_in(grace_s)
+        return True
+
+    def _cancel_coroutine_in(self, grace_s: float) -> None:
+        """Have the running coroutine cancelled by its own loop `grace_s` from now (any thread).
+
+        An asynchronous exception would land in the loop's machinery, not in the task; a
+        cancellation reaches the awaiting coroutine, and its `finally` blocks run.
+        """
+        loop, running = self._loop, self._coroutine
+        if loop is None or running is None:
+            return
+        try:
+            loop.call_soon_threadsafe(loop.call_later, grace_s, running.cancel)
+        except RuntimeError:  # the loop closed meanwhile: the run is over
+            pass
 
     def _end_run(self, result: ThreadmillTaskResult) -> bool:
         """Leave the task code: disarm an abort armed on it; return whether an abort reached it."""
@@ -151,7 +173,12 @@ class Executor:
             coroutine = func(*args, **result.kwargs)
             if limit_s is not None:
                 coroutine = _within(coroutine, limit_s, message)
-            return self.loop.run_until_complete(coroutine)
+            loop = self.loop
+            self._coroutine = loop.create_task(coroutine)
+            try:
+                return loop.run_until_complete(self._coroutine)
+            finally:
+                self._coroutine = None
         return func(*args, **result.kwargs)
 
     def _bounded(self, task, result: ThreadmillTaskResult, limit_s: float) -> Any:
