@@ -87,7 +87,8 @@ def test_a_pool_killed_and_restarted_in_a_fresh_pid_namespace_runs_every_task_ag
     tally: Tally, fault_server, start_namespaced_pool
 ):
     tally.enqueue(60, sleep_ms=400)
-    first = start_namespaced_pool(fault_server, "-w", "2", "-t", "2")
+    # A fixed buffer: sized by time, 400 ms tasks would be held 1 per thread and the rest handed back.
+    first = start_namespaced_pool(fault_server, "-w", "2", "-t", "2", "--prefetch-count", "8")
     # Both processes run tasks and hold more in their buffers.
     wait_for(
         lambda: first.alive()
@@ -106,7 +107,7 @@ def test_a_pool_killed_and_restarted_in_a_fresh_pid_namespace_runs_every_task_ag
     assert len(held) >= 12, tally.summary()
     assert any(started[i] and not finished[i] for i in held) and any(not started[i] for i in held), tally.summary()
 
-    second = start_namespaced_pool(fault_server, "-w", "2", "-t", "2")
+    second = start_namespaced_pool(fault_server, "-w", "2", "-t", "2", "--prefetch-count", "8")
 
     # The new broker trusts heartbeats worker_timeout + socket_timeout after it first reaches the server.
     wait_for(

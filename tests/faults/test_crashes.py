@@ -126,7 +126,8 @@ def test_kill_9_of_the_supervisor_stops_its_worker_processes_and_a_new_pool_runs
 ):
     # Long enough that the buffers cannot be emptied within the few seconds the orphans have.
     tally.enqueue(24, sleep_ms=1500)
-    pool = start_pool(fault_server, "-w", "2", "-t", "2")
+    # A fixed buffer: sized by time, 1.5 s tasks would be held 1 per thread and the rest handed back.
+    pool = start_pool(fault_server, "-w", "2", "-t", "2", "--prefetch-count", "8")
     wait_for(
         lambda: pool.alive() and len(pool.children()) == 2 and tally.segments()[Segment.RUNNING] >= 12,
         lambda: f"both processes hold leases ({tally.summary()})",
