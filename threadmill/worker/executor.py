@@ -166,10 +166,7 @@ class Executor:
         if task.takes_context:
             args = [TaskContext(task_result=result), *args]
         func = task.func
-        is_async = self._is_async.get(func)
-        if is_async is None:
-            is_async = self._is_async[func] = iscoroutinefunction(func)
-        if is_async:
+        if self._async(func):
             coroutine = func(*args, **result.kwargs)
             if limit_s is not None:
                 coroutine = _within(coroutine, limit_s, message)
@@ -196,14 +193,11 @@ class Executor:
             if not e.args:  # the watchdog raises the bare class: say which limit it passed
                 e.args = (message,)
             raise
-        except TaskCancelled as e:
-            if not e.args:
-                e.args = (self.abort_message,)
-            raise
         finally:
             self.watchdog.disarm(armed)
 
     def _async(self, func) -> bool:
+        """Whether `func` is an `async def` function, looked up once per function."""
         is_async = self._is_async.get(func)
         if is_async is None:
             is_async = self._is_async[func] = iscoroutinefunction(func)
