@@ -6,6 +6,7 @@ processes restarted, and the drain finishes within seconds of the server's retur
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -80,3 +81,30 @@ def test_a_process_stopped_while_the_server_is_down_is_not_taken_for_one_whose_c
     assert "Every consumer thread" not in caplog.text
     assert not process.failed and process.exit_code == 0
     assert process.named_on_server, "an unacknowledged outcome is left to the broker, so no goodbye"
+
+
+def test_progress_reports_that_meet_the_server_down_are_ridden_out_and_written_once_it_is_back(fault_server, caplog):
+    import redis
+
+    from tests import tasks
+    from threadmill.worker.config import WorkerConfig
+    from threadmill.worker.process import WorkerProcess
+
+    backend = fault_backend(fault_server, socket_timeout=0.5)
+    go_on = redis.Redis.from_url(os.environ["THREADMILL_TEST_REDIS_URL"])
+    go_on.delete("test:report-outage")
+    result = backend.enqueue(tasks.report_then_wait, ["test:report-outage"], {})
+    config = WorkerConfig(queues=("default",), threads=1, prefetch_count=1, exit_empty=True)
+    process = WorkerProcess(backend, config, "h:1:reporting")
+    process.start()
+    wait_for(lambda: backend.get_result(result.id).progress is not None, lambda: "the first report is stored", 10)
+
+    fault_server.stop()
+    go_on.set("test:report-outage", "1")  # the task reports 10 of 10 and ends while the server is down
+    wait_for(lambda: "Cannot reach the Redis server" in caplog.text, lambda: "the fetcher meets the outage", 10)
+    fault_server.start()
+
+    assert process.finished.wait(30), "the process did not drain once the server was back"
+    assert not process.failed and process.exit_code == 0, caplog.text[-2000:]
+    stored = backend.get_result(result.id)
+    assert stored.status.name == "SUCCESSFUL" and (stored.progress.done, stored.progress.note) == (10, "all done")

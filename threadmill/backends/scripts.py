@@ -630,6 +630,7 @@ class RedisScripts:
         keys = [self.keys.task(task_id), self.keys.segment(queue_name, Segment.RUNNING)]
         return self._run(self._extend_lease, keys=keys, args=[task_id, token, cover_s])
 
+    @translate_errors
     def report(self, entries: Sequence[tuple[str, str, str, str, bool]]) -> list:
         """Store (task id, lease token, progress, metadata, merged) reports, each fenced by its token.
 
