@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from django.tasks import Task, TaskResult
@@ -130,6 +131,21 @@ class ThreadmillTask(Task):
         if self.timeout is not None:
             object.__setattr__(self, "timeout", _time_limit(self.timeout, InvalidTask))
         super(ThreadmillTask, self).__post_init__()
+
+    def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """Enqueue this task with these arguments once the default database's current transaction commits.
+
+        Nothing is enqueued when it rolls back; outside a transaction it enqueues at once. The
+        task and its arguments are checked (and the arguments copied) at the call, so bad input
+        raises here, not at the commit; an enqueue that fails after the commit raises from it.
+        For another database: `transaction.on_commit(partial(task.enqueue, ...), using=alias)`.
+        """
+        from django.db import transaction
+        from django.utils.json import normalize_json
+
+        self.get_backend().validate_task(self)
+        args, kwargs = normalize_json(list(args)), normalize_json(kwargs)
+        transaction.on_commit(partial(self.enqueue, *args, **kwargs))
 
     def enqueue_many(self, calls):
         """Enqueue this task once per (args, kwargs) of `calls` in as few round trips as the backend can."""
