@@ -152,6 +152,15 @@ class KeySchema:
         """Hash of a queue's monotonic counters since it was first used (`tooling.metrics.TOTALS`)."""
         return f"{self.prefix}:{queue_name}:totals"
 
+    def task_stats(self, queue_name: str, period: str) -> str:
+        """Hash of a queue's per-task-path counts (`threadmill.backends.taskstats`) of one period:
+        `m<minute>` or `h<hour>` (server epoch minutes or hours), or `total` since first use."""
+        return f"{self.prefix}:{queue_name}:taskstats:{period}"
+
+    def task_paths(self, queue_name: str) -> str:
+        """Set of the task paths a queue's per-task counts name (at most `taskstats.PATH_CAP`)."""
+        return f"{self.prefix}:{queue_name}:taskpaths"
+
     def telemetry(self) -> str:
         """Pub/sub channel of ingress, egress and worker snapshot events."""
         return f"{self.prefix}:telemetry"

@@ -490,6 +490,10 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         object.__setattr__(result, "lease_deadline", codec.moment(deadline))
         return True
 
+    def record_task_stats(self, counts: dict[str, dict[str, dict[str, int]]]) -> int:
+        """Add a worker's per-task-path counts ({queue: {path: {name: n}}}, `taskstats`) in one call on partition 0."""
+        return self.scripts.record_task_stats(counts, int(time.time() // 60)) if counts else 0
+
     def report(self, entries: Sequence[tuple[str, str, str, str, bool]]) -> list:
         """Store what running tasks reported (see `threadmill.progress`), one script call a partition.
 

@@ -21,6 +21,7 @@ from typing import Any
 import redis
 
 from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
+from . import taskstats
 from .base import Segment
 from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
 
@@ -193,6 +194,7 @@ class RedisScripts:
         self._live_leases = register(_source("live_leases"))
         self._scan = register(_source("scan"))
         self._pass_wake = register(_source("pass_wake"))
+        self._record_task_stats = register(_source("record_task_stats"))
 
     def for_partition(self, keys: KeySchema) -> RedisScripts:
         """Return these scripts over another partition's keys, sharing this object's connections."""
@@ -641,6 +643,24 @@ class RedisScripts:
         for _, token, progress, metadata, merged in entries:
             args += [token, progress, metadata, "1" if merged else "0"]
         return self._run(self._report, keys=keys, args=args)
+
+    @translate_errors
+    def record_task_stats(self, counts: Mapping[str, Mapping[str, Mapping[str, int]]], minute: int) -> int:
+        """Add per-task-path counts, {queue: {path: {name: increment}}}, to this minute's, hour's and total hashes."""
+        k = self.keys
+        keys: list[str] = []
+        args: list[Any] = [taskstats.HISTORY_TTL_S, taskstats.PATH_CAP, taskstats.OTHER_PATH]
+        for queue_name, paths in counts.items():
+            keys += [
+                k.task_stats(queue_name, f"m{minute}"), k.task_stats(queue_name, f"h{minute // 60}"),
+                k.task_stats(queue_name, "total"), k.task_paths(queue_name),
+            ]  # fmt: skip
+            args.append(len(paths))
+            for path, named in paths.items():
+                args += [path, len(named)]
+                for name, by in named.items():
+                    args += [name, by]
+        return self._run(self._record_task_stats, keys=keys, args=args)
 
     @translate_errors
     def cancel(

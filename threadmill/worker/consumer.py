@@ -122,7 +122,7 @@ class Consumers:
         self.done += 1
         if not self.outcomes:
             self._outcomes_since = time.monotonic()
-        self.outcomes.append(outcome)
+        self.outcomes.append(outcome._replace(ran_s=ran_s))
         if len(self.outcomes) >= self.ack_batch or self.phase is Phase.STOPPING:
             self._has_work.notify()
 
