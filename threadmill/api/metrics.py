@@ -15,10 +15,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from ..backends.base import Segment
-from ..backends.taskstats import BOUNDS_S
+from ..backends.taskstats import BOUNDS_S, PathStats
 from .queues import backend_aliases, get_backend
 
-__all__ = ["CONTENT_TYPE_LATEST", "exposition"]
+__all__ = ["CONTENT_TYPE_LATEST", "PathStats", "exposition", "task_path_minutes", "task_paths"]
 
 #: The counter `threadmill_tasks_<name>_total` of each of a queue's totals, and what it counts.
 COUNTED = {
@@ -142,3 +142,13 @@ def exposition() -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ThreadmillCollector())
     return generate_latest(registry)
+
+
+def task_paths(alias: str, *, minutes: int | None = 60) -> list[PathStats]:
+    """Every task path's counts on every queue of `alias` over the last `minutes` (None: since first use)."""
+    return get_backend(alias).task_stats(minutes=minutes)
+
+
+def task_path_minutes(alias: str, queue_name: str, path: str, *, minutes: int = 60) -> list[tuple[int, PathStats]]:
+    """One task path's counts on one queue for each of the last `minutes`, oldest first, as (epoch minute, counts)."""
+    return get_backend(alias).task_stats_by_minute(queue_name, path, minutes=minutes)
