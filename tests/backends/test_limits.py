@@ -145,3 +145,15 @@ def test_a_limit_below_the_partition_count_and_a_limit_on_an_unknown_queue_are_r
         )
     with pytest.raises(LimitError, match="A rate allows 1 to 100,000 per unit, not 0."):
         parse_rate("0/s")
+
+
+def test_a_runtime_limit_reaches_the_partitions_a_wider_process_adds(redis_url):
+    narrow = RedisTaskBackend("default", {"REDIS_URL": redis_url, "QUEUES": ["default"]})
+    narrow.set_limit("default", concurrency=6, by="ops")
+    wide = RedisTaskBackend("default", {"REDIS_URL": redis_url, "QUEUES": ["default"], "OPTIONS": {"partitions": 3}})
+    wide.record_partitions()
+    for i in range(12):
+        enqueue(wide, echo, i)
+
+    assert len(_drain(wide, "default")) == 6
+    assert wide.queue_limits(["default"])["default"].throttled

@@ -50,7 +50,7 @@ BENCH_TASK_TIMEOUT_S = 60.0
 #: The limits of the drain rows that set one that never binds: (row suffix, OPTIONS["limits"] JSON).
 NON_BINDING_LIMITS = (
     ("concurrency 10000", '{"default": {"concurrency": 10000}}'),
-    ("rate 100000/s", '{"default": {"rate": "100000/s"}}'),
+    ("rate 100000 per s", '{"default": {"rate": "100000/s"}}'),
 )
 WORKER_COMMAND = ROOT / "threadmill" / "management" / "commands" / "threadmill.py"
 

@@ -364,8 +364,10 @@ class Fetcher:
                     IDLE_WAIT_S if results.next_token_s is None else min(IDLE_WAIT_S, results.next_token_s)
                 )
             elif results.next_token_s is not None:
-                # Tasks run here and a rate holds the rest back: fetch again when its next token is due.
-                self._next_fetch_at = time.monotonic() + results.next_token_s
+                # Tasks run here and a rate holds the rest back: fetch again when its next token is due,
+                # or sooner (as a poll would), for the other queues' tasks.
+                wait_s = min(results.next_token_s, self.backend.config.poll_max_interval)
+                self._next_fetch_at = time.monotonic() + wait_s
             else:
                 # Tasks still run here: poll, so their acknowledgements are not held up by a wait.
                 self._next_fetch_at = time.monotonic() + self._poll_pause
