@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import UTC, datetime
 
 import pytest
 
 from tests import tasks
 from tests.faults.conftest import FAULT_TIMEOUTS, SLACK_S, Tally, wait_for, wait_for_drain
 from threadmill.backends.limits import parse_rate
+from threadmill.outcome import mark_successful
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +98,30 @@ def test_a_killed_worker_s_slots_are_freed_when_its_leases_are_recovered_not_at_
     assert set(tally.ran()) == set(stuck) | set(waiting)
     assert _peak(tally) <= 3, f"peak running at once after the recovery {_peak(tally)}, limit 3"
     print(f"the killed worker's 3 slots freed and all 9 tasks done {drained_in:.1f} s after the kill (lease_ttl {LEASE_TTL_S:g} s)")
+
+
+def test_an_idle_worker_waiting_on_a_held_back_queue_wakes_when_an_acknowledgement_frees_the_slot(
+    tally: Tally, fault_server, start_pool
+):
+    backend = tally.backend
+    backend.set_limit("default", concurrency=1, by="test")
+    holder = "test:1:holder"
+    [held_id] = tally.enqueue(1, task=tasks.count_concurrent)
+    [held] = backend.acquire("default", count=1, worker=holder)
+    [waiting] = tally.enqueue(1, task=tasks.count_concurrent)
+    pool = start_pool(fault_server, "-w", "1", "-t", "1")
+
+    def waits_on_the_server() -> bool:
+        backend.heartbeat(holder, {"type": "worker", "worker": holder, "queues": ["default"]})  # not recovered
+        return pool.alive() and any("b" in c["flags"] for c in backend.client.client_list())
+
+    wait_for(waits_on_the_server, lambda: "the pool's worker waits on the wake lists", 30)
+    assert not tally.started(), "the limit let the second task start"
+    mark_successful(held, datetime.now(UTC))
+    assert backend.acknowledge(held)
+    acknowledged_at = time.monotonic()
+
+    # Well inside the worker's 5 s idle wait: the acknowledgement woke it, no timeout did.
+    wait_for(lambda: tally.started()[waiting], lambda: f"the waiting task starts ({tally.summary()})", 2.5)
+    print(f"the held-back task started {time.monotonic() - acknowledged_at:.2f} s after the slot freed")
+    assert held_id not in tally.started()
