@@ -14,7 +14,9 @@ from threadmill.backends.limits import parse_rate
 
 def _serve(queue_name: str = "default") -> None:
     """A live worker's heartbeat for the queue, so it is not unserved."""
-    task_backends["default"].heartbeat("box:42:qmzkfhre", {"type": "worker", "state": "running", "queues": [queue_name]})
+    task_backends["default"].heartbeat(
+        "box:42:qmzkfhre", {"type": "worker", "state": "running", "queues": [queue_name]}
+    )
 
 
 def test_limit_sets_shows_and_clears_a_queue_s_runtime_limits():
@@ -61,7 +63,11 @@ def test_a_queue_at_its_concurrency_limit_is_throttled_not_stuck():
 
     assert code == 0
     default = _queue(status, "default")
-    assert (default["throttled"], default["limits"], default["unserved"]) == (True, {"concurrency": 3, "rate": None}, False)
+    assert (default["throttled"], default["limits"], default["unserved"]) == (
+        True,
+        {"concurrency": 3, "rate": None},
+        False,
+    )
     assert "throttled: 3/3 running" in threadmill("status").stdout
     assert _queue(status, "emails")["throttled"] is False
 
