@@ -128,6 +128,19 @@ class KeySchema:
         """Hash of paused queues: queue name -> JSON {"by": who, "since": server epoch seconds}."""
         return f"{self.prefix}:paused"
 
+    def limits(self) -> str:
+        """Hash of runtime limits: queue name -> "concurrency|rate count|rate period s" (empty: the setting's),
+        and `<queue>:set` -> JSON {"by": who, "since": server epoch seconds}."""
+        return f"{self.prefix}:limits"
+
+    def throttled(self) -> str:
+        """Hash of queues whose ready tasks acquire held back at their concurrency limit: queue name -> "1"."""
+        return f"{self.prefix}:throttled"
+
+    def lease_times(self, queue_name: str) -> str:
+        """List of a rate-limited queue's last lease times, newest first (server epoch seconds): its rate's tokens."""
+        return f"{self.prefix}:{queue_name}:lease-times"
+
     def queues(self) -> str:
         """Set of every queue name a task was ever enqueued on."""
         return f"{self.prefix}:queues"

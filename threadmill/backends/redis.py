@@ -44,6 +44,7 @@ from .base import (
 from .channel import TelemetrySubscription, publish
 from .cluster import ClusterScripts
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
+from .limits import UNLIMITED, Acquired, encode
 from .options import parse_options
 from .partitions import by_partition
 from .replication import wait_for_replicas
@@ -140,6 +141,14 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             raise ImproperlyConfigured(f"TASKS[{alias!r}]['CLUSTER'] must be True or False, not {self.cluster!r}.")
         #: The parsed OPTIONS; `self.options` stays the mapping Django sets from them.
         self.config = parse_options(alias, params.get("OPTIONS", {}))
+        unknown = sorted(set(self.config.limits) - set(self.queues)) if self.queues else []
+        if unknown:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']['limits'] names queue(s) {', '.join(unknown)} that are not in QUEUES "
+                f"({', '.join(sorted(self.queues))})."
+            )
+        #: Each limited queue's setting as acquire reads it.
+        self._limit_texts = {name: encode(limit) for name, limit in self.config.limits.items()}
         self.schedules = parse_schedules(alias, params.get("SCHEDULE"), zoneinfo.ZoneInfo(settings.TIME_ZONE or "UTC"))
         self.keys = KeySchema(alias)
         self._client: redis.Redis | RedisCluster | None = None
@@ -356,7 +365,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         worker: str = "",
         timeout: timedelta | None = None,
         token_base: str = "",
-    ) -> list[ThreadmillTaskResult]:
+    ) -> Acquired:
         """Lease up to `count` ready tasks round-robin across `queue_names` in one atomic call.
 
         With `timeout` None this tries once; with a timedelta it polls with exponential
@@ -379,25 +388,30 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, self.config.poll_max_interval)
 
-    def _acquire_once(self, queues: list[str], count: int, worker: str, token_base: str) -> list[ThreadmillTaskResult]:
+    def _acquire_once(self, queues: list[str], count: int, worker: str, token_base: str) -> Acquired:
         shift = self._rotation % len(queues)
         self._rotation += 1
         rotated = queues[shift:] + queues[:shift]
+        limits = [self._limit_texts.get(q, UNLIMITED) for q in rotated]
         partitions = len(self.covered_partitions())
+        results = Acquired()
         if partitions == 1:
-            reply = self.scripts.acquire(rotated, count, worker, self.config.lease_ttl, token_base)
+            reply = self.scripts.acquire(rotated, count, worker, self.config.lease_ttl, token_base, limits)
+            results.hold(reply[-1])
         else:
             for partition in self.empty_hints.order(partitions):
-                reply = self.scripts_for(partition).acquire(rotated, count, worker, self.config.lease_ttl, token_base)
-                leased = (len(reply) - 2) // 6
+                reply = self.scripts_for(partition).acquire(
+                    rotated, count, worker, self.config.lease_ttl, token_base, limits, partitions
+                )
+                results.hold(reply[-1])
+                leased = (len(reply) - 3) // 6
                 self.empty_hints.came_back(partition, full=leased >= count)
                 if leased:
                     break
         now = int(reply[0]) + int(reply[1]) / 1e6
         lease_start = datetime.fromtimestamp(now, UTC)
         deadline = datetime.fromtimestamp(now + self.config.lease_ttl, UTC)
-        results = []
-        for i in range(2, len(reply), 6):
+        for i in range(2, len(reply) - 1, 6):
             task_id, data, started_at, token = reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3].decode()
             losses = reply[i + 5]
             try:
@@ -614,7 +628,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 return reply
         logger.warning(
             "Requeue of task %s refused: it was leased again each of the %d times it was read.",
-            task_id, REQUEUE_ROUNDS,
+            task_id,
+            REQUEUE_ROUNDS,
         )
         return reply
 

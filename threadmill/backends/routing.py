@@ -170,7 +170,7 @@ class PartitionRouting:
     def record_partitions(self) -> int:
         """Raise the alias's highest partition count to this process's `partitions`; return it.
 
-        New partitions get the paused queues of partition 0, so a pause holds on them too.
+        New partitions get the paused queues and runtime limits of partition 0, so they hold there too.
         """
         seen = translate_errors(layout.record_partitions)(
             self.client, self.keys.partitions_seen(), self.partition_count
@@ -182,10 +182,15 @@ class PartitionRouting:
 
     @translate_errors
     def _copy_paused(self, partitions: range) -> None:
+        """Copy partition 0's paused queues and runtime limits into `partitions`, keeping what they have."""
         paused = self.client.hgetall(self.keys.paused())
+        limits = self.client.hgetall(self.keys.limits())
         for partition in partitions:
+            keys = self.keys_for(partition)
             for name, document in paused.items():
-                self.client.hsetnx(self.keys_for(partition).paused(), name, document)
+                self.client.hsetnx(keys.paused(), name, document)
+            for name, value in limits.items():
+                self.client.hsetnx(keys.limits(), name, value)
 
     def next_enqueue_partition(self) -> int | None:
         """Return the partition the next enqueue call writes to, in turn; None with one partition (UUIDv7 ids)."""

@@ -195,6 +195,7 @@ class RedisScripts:
         self._scan = register(_source("scan"))
         self._pass_wake = register(_source("pass_wake"))
         self._record_task_stats = register(_source("record_task_stats"))
+        self._limit = register(_source("limit"))
 
     def for_partition(self, keys: KeySchema) -> RedisScripts:
         """Return these scripts over another partition's keys, sharing this object's connections."""
@@ -338,16 +339,27 @@ class RedisScripts:
         return self._enqueue
 
     @translate_errors
-    def acquire(self, queue_names: Sequence[str], count: int, worker: str, lease_ttl: float, token_base: str) -> list:
+    def acquire(
+        self,
+        queue_names: Sequence[str],
+        count: int,
+        worker: str,
+        lease_ttl: float,
+        token_base: str,
+        limits: Sequence[str] = (),
+        partitions: int = 1,
+    ) -> list:
+        """Lease up to `count` tasks; `limits` is each queue's setting as `limits.encode` writes it (none: "||")."""
         k = self.keys
         keys = [k.segment(q, Segment.READY) for q in queue_names]
         keys += [k.segment(q, Segment.RUNNING) for q in queue_names]
         keys.append(k.task_prefix())
         keys += [k.wake(q) for q in queue_names]
-        keys.append(k.paused())
-        return self._run(
-            self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base, *queue_names]
-        )
+        keys += [k.paused(), k.limits(), k.throttled()]
+        keys += [k.lease_times(q) for q in queue_names]
+        args = [len(queue_names), count, worker, lease_ttl, token_base, *queue_names]
+        args += [*(limits or ["||"] * len(queue_names)), k.partition, partitions]
+        return self._run(self._acquire, keys=keys, args=args)
 
     @translate_errors
     def acknowledge(self, entries: Sequence[tuple], result_ttl: float, minute: int) -> list:
@@ -372,6 +384,7 @@ class RedisScripts:
             marks += end[0] if end else "-"
         if marks.strip("-"):
             args.append(marks)
+        keys += [k.throttled(), *(k.wake(name) for name in queues)]
         return self._run(self._acknowledge, keys=keys, args=args)
 
     @translate_errors
@@ -725,6 +738,14 @@ class RedisScripts:
         return self._run(
             self._resume, keys=[k.paused(), k.segment(queue_name, Segment.READY), k.wake(queue_name)], args=[queue_name]
         )
+
+    @translate_errors
+    def limit(self, queue_name: str, given: str | None, by: str) -> bytes | None:
+        """Store the `given` parts of a queue's runtime limits ("c|n|period", empty parts kept), or clear them (None)."""
+        k = self.keys
+        keys = [k.limits(), k.segment(queue_name, Segment.READY), k.wake(queue_name)]
+        args = [queue_name, "clear", "", by] if given is None else [queue_name, "set", given, by]
+        return self._run(self._limit, keys=keys, args=args)
 
     @translate_errors
     def take_control(self, workers: Sequence[str]) -> list:

@@ -80,7 +80,6 @@ class Work:
     last: bool = False
 
 
-
 class Fetcher:
     """Mixed into `WorkerProcess`: the fetcher thread's loop, one turn of server calls at a time.
 
@@ -287,7 +286,7 @@ class Fetcher:
                 self._lease(work.lease)
                 work.lease = 0
             if work.wait_for_wake:
-                self.backend.wait_for_tasks(self.config.queues, self.name, IDLE_WAIT_S)
+                self.backend.wait_for_tasks(self.config.queues, self.name, self._idle_wait_s)
             if work.pass_wake:
                 self.backend.pass_wake_on(self.config.queues)
         except ServerUnreachable as e:
@@ -347,16 +346,28 @@ class Fetcher:
             self.unsettled += len(results)
             if results and (self.phase is Phase.STOPPING or epoch != self.trust_epoch):
                 # The reply came after stop() emptied the buffer, or after a heartbeat gap: hand them back.
-                logger.info("%d tasks leased by a call answered after %s go back to ready.", len(results),
-                            "the stop" if self.phase is Phase.STOPPING else "a heartbeat gap")
+                logger.info(
+                    "%d tasks leased by a call answered after %s go back to ready.",
+                    len(results),
+                    "the stop" if self.phase is Phase.STOPPING else "a heartbeat gap",
+                )
                 self.unstarted.extend(results)
             elif results:
                 self._poll_pause = self.backend.config.poll_interval
                 self.buffer.extend(Buffered(result, expires, epoch) for result in results)
                 self._has_tasks.notify(len(results))
-            elif not self.holds_leases and not self.config.exit_empty:
-                # Nothing ready and nothing held: wait on the server, woken by the next enqueue.
+            elif not self.holds_leases and (results.held_back or not self.config.exit_empty):
+                # Nothing leased and nothing held: wait on the server, woken by the next enqueue, by an
+                # acknowledgement that frees a slot of a held-back queue, or when its next rate token is due.
                 self._idle, self._next_fetch_at = True, float("inf")
+                self._idle_wait_s = (
+                    IDLE_WAIT_S if results.next_token_s is None else min(IDLE_WAIT_S, results.next_token_s)
+                )
+            elif results.next_token_s is not None:
+                # Tasks run here and a rate holds the rest back: fetch again when its next token is due,
+                # or sooner (as a poll would), for the other queues' tasks.
+                wait_s = min(results.next_token_s, self.backend.config.poll_max_interval)
+                self._next_fetch_at = time.monotonic() + wait_s
             else:
                 # Tasks still run here: poll, so their acknowledgements are not held up by a wait.
                 self._next_fetch_at = time.monotonic() + self._poll_pause
@@ -365,7 +376,7 @@ class Fetcher:
                 if self.budget is not None and self.budget <= 0:
                     self.recycled = True
                     self._enter(Phase.DRAINING)
-                elif not results and self.config.exit_empty:
+                elif not results and self.config.exit_empty and not results.held_back:
                     self._enter(Phase.DRAINING)
 
     def _write_reports(self, pending: list[PendingReport]) -> None:
