@@ -132,9 +132,10 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self.redis_url = params.get("REDIS_URL")
-        if not self.redis_url:
+        redis_url = params.get("REDIS_URL")
+        if not redis_url:
             raise ImproperlyConfigured(f"TASKS[{alias!r}] needs a REDIS_URL, such as 'redis://127.0.0.1:6379/0'.")
+        self.redis_url: str = redis_url
         #: Whether REDIS_URL names a node of a Redis or Valkey Cluster (redis-py's cluster client).
         self.cluster = params.get("CLUSTER", False)
         if not isinstance(self.cluster, bool):
@@ -190,10 +191,11 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     @property
     def scripts(self) -> RedisScripts:
         if self._scripts is None:
-            if self.cluster:
-                self._scripts = ClusterScripts(self.client, self.keys)
+            client = self.client
+            if isinstance(client, RedisCluster):
+                self._scripts = ClusterScripts(client, self.keys)
             else:
-                self._scripts = RedisScripts(self.client, self.keys)
+                self._scripts = RedisScripts(client, self.keys)
         return self._scripts
 
     # -- enqueue and results ----------------------------------------------------------
