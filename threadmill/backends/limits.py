@@ -96,7 +96,7 @@ def parse_limit(raw: object) -> QueueLimit:
 
 def check_partitions(limit: QueueLimit, partitions: int) -> None:
     """Raise LimitError when a limit is below the partition count (some partition would get no share)."""
-    for name, value in (("concurrency", limit.concurrency), ("rate", limit.rate and limit.rate.count)):
+    for name, value in (("concurrency", limit.concurrency), ("rate", None if limit.rate is None else limit.rate.count)):
         if value is not None and value < partitions:
             raise LimitError(
                 f"A {name} limit of {value} is below the {partitions} partitions: each partition enforces a share "

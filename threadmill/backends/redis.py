@@ -63,7 +63,7 @@ RELEASE_SCAN_LIMIT = 100_000
 
 
 #: The letter acknowledge.lua counts a run by, by what ended it (`outcome.ended_by`).
-_ENDED_BY = {TaskTimeout: ENDED_BY_TIME_LIMIT, TaskCancelled: ENDED_BY_ABORT}
+_ENDED_BY: dict[type[BaseException] | None, str] = {TaskTimeout: ENDED_BY_TIME_LIMIT, TaskCancelled: ENDED_BY_ABORT}
 #: Marks `acknowledge` called without a return value: the result's own is stored.
 _ON_RESULT: Any = object()
 
@@ -132,9 +132,10 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self.redis_url = params.get("REDIS_URL")
-        if not self.redis_url:
+        redis_url = params.get("REDIS_URL")
+        if not redis_url:
             raise ImproperlyConfigured(f"TASKS[{alias!r}] needs a REDIS_URL, such as 'redis://127.0.0.1:6379/0'.")
+        self.redis_url: str = redis_url
         #: Whether REDIS_URL names a node of a Redis or Valkey Cluster (redis-py's cluster client).
         self.cluster = params.get("CLUSTER", False)
         if not isinstance(self.cluster, bool):
@@ -190,10 +191,11 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     @property
     def scripts(self) -> RedisScripts:
         if self._scripts is None:
-            if self.cluster:
-                self._scripts = ClusterScripts(self.client, self.keys)
+            client = self.client
+            if isinstance(client, RedisCluster):
+                self._scripts = ClusterScripts(client, self.keys)
             else:
-                self._scripts = RedisScripts(self.client, self.keys)
+                self._scripts = RedisScripts(client, self.keys)
         return self._scripts
 
     # -- enqueue and results ----------------------------------------------------------
@@ -207,7 +209,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         """`enqueue` on the running event loop's own connection, without tying up a thread."""
         if self.config.fsync_enqueue or self.config.wait_replicas:
             # WAITAOF and WAIT must follow the write on the same connection: the thread path keeps one per thread.
-            return await super().aenqueue(task, args, kwargs)
+            # Django's aenqueue returns what our `enqueue` does; its stub says only TaskResult.
+            return await super().aenqueue(task, args, kwargs)  # type: ignore[return-value]
         self.validate_task(task)
         partition = self.next_enqueue_partition()
         if partition is not None and not self._layout_checked:
@@ -433,7 +436,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 )
         return results
 
-    def acknowledge(self, result: TaskResult, return_value: Any = _ON_RESULT) -> bool:
+    def acknowledge(self, result: ThreadmillTaskResult, return_value: Any = _ON_RESULT) -> bool:
         """Store a finished result and release its lease; False when the fence refused it.
 
         Without `return_value`, the value the result carries is stored (Django's
@@ -443,7 +446,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             return_value = return_value_of(result)
         return self.acknowledge_many([(result, return_value)])[0]
 
-    def acknowledge_many(self, outcomes: Sequence[tuple[TaskResult, Any]]) -> list[bool]:
+    def acknowledge_many(self, outcomes: Sequence[tuple[ThreadmillTaskResult, Any]]) -> list[bool]:
         """Acknowledge several finished results in one script call, each fenced by its lease token."""
         entries = []
         for result, return_value in outcomes:

@@ -29,6 +29,7 @@ from .scripts import translate_errors
 
 if TYPE_CHECKING:
     import redis
+    from redis.cluster import RedisCluster
 
     from .options import BackendOptions
     from .scripts import RedisScripts
@@ -106,9 +107,15 @@ class PartitionRouting:
     alias: str
     config: BackendOptions
     keys: KeySchema
-    scripts: RedisScripts
     cluster: bool
-    client: redis.Redis
+
+    if TYPE_CHECKING:
+        # A property of the backend: the cluster client with CLUSTER.
+        @property
+        def client(self) -> redis.Redis | RedisCluster: ...
+
+        @property
+        def scripts(self) -> RedisScripts: ...
 
     def _init_routing(self) -> None:
         self._partition_keys: dict[int, KeySchema] = {0: self.keys}
@@ -227,8 +234,8 @@ class PartitionRouting:
                 )
                 waiter.start()
             if not waiter.busy:
-                keys = [self.keys_for(partition).wake(q) for q in queue_names]
-                waiter.ask(keys + [worker_key] if partition == 0 else keys, timeout_s, socket_timeout)
+                wake_keys = [self.keys_for(partition).wake(q) for q in queue_names]
+                waiter.ask(wake_keys + [worker_key] if partition == 0 else wake_keys, timeout_s, socket_timeout)
         woken = False
         try:
             reply = self._wake_replies.get(timeout=timeout_s + socket_timeout)

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from ..backends.base import ThreadmillTaskResult
 from ..outcome import cancelled_error, mark_failed
 from .executor import Outcome
+from .host import ProcessHost
 
 logger = logging.getLogger("threadmill.worker")
 
@@ -28,7 +29,7 @@ logger = logging.getLogger("threadmill.worker")
 ABORT_CHECK_INTERVAL_S = 0.5
 
 
-class AbortPolling:
+class AbortPolling(ProcessHost):
     """Mixed into `WorkerProcess`: the fetcher's look for abort requests and their delivery.
 
     Uses the process's `backend`, `_executors`, `running`, `aborted` and its lock.

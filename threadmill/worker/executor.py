@@ -54,7 +54,7 @@ class Outcome(NamedTuple):
 class Executor:
     """Runs tasks on the calling thread, firing Django's task signals around each one."""
 
-    def __init__(self, sender: type, watchdog: Watchdog | None = None) -> None:
+    def __init__(self, sender: type, watchdog: Watchdog) -> None:
         self.sender = sender
         self.watchdog = watchdog
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -97,7 +97,7 @@ class Executor:
         if loop is None or running is None:
             return
         try:
-            loop.call_soon_threadsafe(loop.call_later, grace_s, running.cancel)
+            loop.call_soon_threadsafe(lambda: loop.call_later(grace_s, running.cancel))
         except RuntimeError:  # the loop closed meanwhile: the run is over
             pass
 

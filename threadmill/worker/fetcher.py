@@ -40,6 +40,7 @@ from ..outcome import cancelled_error, mark_failed, record_abandoned
 from ..progress import PendingReport
 from .aborts import ABORT_CHECK_INTERVAL_S
 from .executor import Outcome
+from .host import ProcessHost
 from .prefetch import SHED_FACTOR
 from .state import Buffered, Phase
 
@@ -80,7 +81,7 @@ class Work:
     last: bool = False
 
 
-class Fetcher:
+class Fetcher(ProcessHost):
     """Mixed into `WorkerProcess`: the fetcher thread's loop, one turn of server calls at a time.
 
     Uses all of the process's shared state, under its lock; the server calls run outside it.

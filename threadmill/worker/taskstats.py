@@ -59,7 +59,7 @@ class TaskStatsCounts:
                 errors = self._errors.setdefault(key, {})
                 name = result.errors[-1].exception_class_path
                 errors[name] = errors.get(name, 0) + 1
-        if len(result.worker_ids) == 1 and result.last_attempted_at is not None:
+        if len(result.worker_ids) == 1 and result.last_attempted_at is not None and result.enqueued_at is not None:
             ready_at = result.enqueued_at
             run_after = task.run_after
             if run_after is not None and run_after > ready_at:

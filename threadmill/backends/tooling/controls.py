@@ -153,7 +153,7 @@ class ControlTooling(ToolingHost):
                 set_since=None if audit is None else datetime.fromtimestamp(audit["since"], UTC),
                 ready=sum(row[1] for row in rows),
                 running=sum(row[2] for row in rows),
-                next_token_s=None if None in waits or not waits else min(waits),
+                next_token_s=None if None in waits or not waits else min(w for w in waits if w is not None),
             )
         return out
 
