@@ -187,6 +187,8 @@ class ThreadmillTaskResult(TaskResult):  # type: ignore[misc]
     progress: TaskProgress | None = None
     #: What the task stored with `threadmill.set_metadata`; empty when it stored none.
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The W3C trace context (`traceparent`, `tracestate`) recorded at enqueue, or None.
+    trace_context: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         # Arguments read back from a stored document are JSON already; normalising them

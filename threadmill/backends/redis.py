@@ -30,6 +30,7 @@ from redis.cluster import RedisCluster
 
 from ..exceptions import BackendConnectionError, ServerUnreachable, TaskCancelled, TaskTimeout, UnreadableTaskError
 from ..identity import this_process_name
+from ..integrations import otel
 from ..outcome import ended_by
 from ..schedules import Schedule, parse_schedules
 from . import codec, layout
@@ -79,6 +80,8 @@ class PreparedTask(NamedTuple):
     args: Any
     kwargs: Any
     now: float
+    #: The W3C trace context stored with it, None without tracing.
+    trace: dict[str, str] | None = None
 
     @property
     def entry(self) -> tuple[str, str, Segment, str, str]:
@@ -202,8 +205,15 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
+        if otel.tracer is not None and otel.is_set_up():
+            with otel.sending(self.alias, task, 1) as trace:
+                return self._enqueue_one(task, args, kwargs, trace)
+        return self._enqueue_one(task, args, kwargs, None)
+
+    def _enqueue_one(self, task, args, kwargs, trace: dict[str, str] | None) -> ThreadmillTaskResult:
         partition = self.next_enqueue_partition()
-        return self._enqueue_prepared(task, [self._prepare(task, args, kwargs, time.time(), partition)], partition)[0]
+        prepared = self._prepare(task, args, kwargs, time.time(), partition, trace)
+        return self._enqueue_prepared(task, [prepared], partition)[0]
 
     async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         """`enqueue` on the running event loop's own connection, without tying up a thread."""
@@ -212,10 +222,16 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             # Django's aenqueue returns what our `enqueue` does; its stub says only TaskResult.
             return await super().aenqueue(task, args, kwargs)  # type: ignore[return-value]
         self.validate_task(task)
+        if otel.tracer is not None and otel.is_set_up():
+            with otel.sending(self.alias, task, 1) as trace:
+                return await self._aenqueue_one(task, args, kwargs, trace)
+        return await self._aenqueue_one(task, args, kwargs, None)
+
+    async def _aenqueue_one(self, task, args, kwargs, trace: dict[str, str] | None) -> ThreadmillTaskResult:
         partition = self.next_enqueue_partition()
         if partition is not None and not self._layout_checked:
             await sync_to_async(self.check_layout)()
-        prepared = self._prepare(task, args, kwargs, time.time(), partition)
+        prepared = self._prepare(task, args, kwargs, time.time(), partition, trace)
         scripts = self.scripts_for(partition or 0)
         keys, script_args = scripts.enqueue_call(task.queue_name, [prepared.entry], int(prepared.now // 60))
         await self.aio.run(scripts.enqueue_script, keys, script_args)
@@ -256,28 +272,36 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         and sends `task_enqueued` for each. With partitions, each script call writes to one.
         """
         self.validate_task(task)
-        now = time.time()
         calls = [_call(i, call) for i, call in enumerate(calls)]
+        if otel.tracer is not None and otel.is_set_up():
+            with otel.sending(self.alias, task, len(calls)) as trace:
+                return self._enqueue_calls(task, calls, trace)
+        return self._enqueue_calls(task, calls, None)
+
+    def _enqueue_calls(self, task, calls: list[tuple[Any, Any]], trace: dict[str, str] | None) -> list[ThreadmillTaskResult]:
+        now = time.time()
         batches = []
         for start in range(0, len(calls), ENQUEUE_BATCH):
             partition = self.next_enqueue_partition()
-            batch = [self._prepare(task, *call, now, partition) for call in calls[start : start + ENQUEUE_BATCH]]
+            batch = [self._prepare(task, *call, now, partition, trace) for call in calls[start : start + ENQUEUE_BATCH]]
             batches.append((batch, partition))
         results: list[ThreadmillTaskResult] = []
         for batch, partition in batches:
             results += self._enqueue_prepared(task, batch, partition)
         return results
 
-    def _prepare(self, task, args, kwargs, now: float, partition: int | None = None) -> PreparedTask:
+    def _prepare(
+        self, task, args, kwargs, now: float, partition: int | None = None, trace: dict[str, str] | None = None
+    ) -> PreparedTask:
         args, kwargs = normalize_json(args), normalize_json(kwargs)
         task_id = codec.new_task_id(partition)
-        payload = codec.encode_new(task, task_id, args, kwargs, now)
+        payload = codec.encode_new(task, task_id, args, kwargs, now, trace)
         ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
         if task.run_after is not None:
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
             segment, score = Segment.READY, ready_score
-        return PreparedTask(task_id, payload, segment, ready_score, score, args, kwargs, now)
+        return PreparedTask(task_id, payload, segment, ready_score, score, args, kwargs, now, trace)
 
     def _enqueue_prepared(
         self, task, prepared: list[PreparedTask], partition: int | None = None
@@ -316,6 +340,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             errors=[],
             worker_ids=[],
             segment=prepared.segment,
+            trace_context=prepared.trace,
         )
 
     @translate_errors
