@@ -153,6 +153,8 @@ def task_detail(request, backend: str, task_id: str):
     task = _task_or_404(backend, task_id)
     context = {"active": "queues", "backend": backend, "task": task, "can_change": can_change(request.user)}
     context["unreadable"] = isinstance(task, api.UnreadableTask)
+    context["timeline"] = None if context["unreadable"] else api.timeline_of(task)
+    context["attempts_kept"] = api.ATTEMPTS_KEPT
     context["live_lease"] = bool(api.live_in_selection(backend, _queue_of(task), task.segment, [task_id]))
     return render(request, _partial(request, "inspector/task_detail.html", "task-status"), context)
 

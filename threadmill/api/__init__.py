@@ -20,6 +20,7 @@ from datetime import UTC
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
+from ..attempts import ATTEMPTS_KEPT, Timeline, timeline_of
 from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
 from ..identity import WorkerName
 from . import controls, history, metrics, schedules
@@ -65,6 +66,7 @@ from .workers import TelemetryHub, WorkerSnapshot, hub, parse_worker_event
 logger = logging.getLogger("threadmill.api")
 
 __all__ = [
+    "ATTEMPTS_KEPT",
     "CANCELLABLE_SEGMENTS",
     "CANCEL_VIEW_LIMIT",
     "CancelOutcome",
@@ -72,6 +74,8 @@ __all__ = [
     "FILTER_SCAN_LIMIT",
     "NO_FILTER",
     "REQUEUEABLE_SEGMENTS",
+    "Timeline",
+    "timeline_of",
     "Cursor",
     "Filter",
     "KeysetPage",

@@ -31,6 +31,7 @@ TASK_FIELDS = (
     "result",
     "reported_progress",
     "metadata",
+    "attempts",
 )
 #: Seconds a per-minute counter outlives its minute: the console charts the last 24 hours.
 #: Each queue keeps at most 4 counters a minute (in, out, failed, latency), about 5,800 keys.
