@@ -100,6 +100,12 @@ class KeySchema:
         """Hash: `data`, `queue`, `segment`, `score`, `started_at` and the lease fields."""
         return f"{self.prefix}:task:{task_id}"
 
+    @staticmethod
+    def task_id_of(key: str) -> str | None:
+        """Return the task id of a task hash's key (any partition's), None for another key."""
+        _, found, task_id = key.rpartition(":task:")
+        return task_id if found and task_id else None
+
     def result(self, task_id: str) -> str:
         """String: the finished task's document, expiring after `result_ttl`."""
         return f"{self.prefix}:result:{task_id}"

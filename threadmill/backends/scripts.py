@@ -647,6 +647,7 @@ class RedisScripts:
         args = []
         for _, token, progress, metadata, merged in entries:
             args += [token, progress, metadata, "1" if merged else "0"]
+        args += [self.keys.telemetry(), self.sharded_flag]
         return self._run(self._report, keys=keys, args=args)
 
     @translate_errors
