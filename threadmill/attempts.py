@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING
 
 from django.tasks import TaskResultStatus
 
+from .exceptions import TaskCancelled, TaskTimeout
+from .outcome import ended_by
+
 if TYPE_CHECKING:
     from .backends.base import ThreadmillTaskResult
 
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
 ATTEMPTS_KEPT = 20
 #: Longest error line an attempt record keeps, characters (the full traceback is in `errors`).
 ERROR_CHARS = 300
+
+#: The outcome of an attempt a time limit or an abort ended.
+_ENDED_BY = {TaskTimeout: "timed out", TaskCancelled: "cancelled"}
 
 # Built once: json.dumps with options builds an encoder a call, a cost on every acknowledgement.
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -62,7 +68,8 @@ def attempt_record(result: ThreadmillTaskResult) -> str:
     """Return the record of the attempt that ends with `result` (its lease applied); "" when it held no lease.
 
     A run the worker timed (`result.ran`) ends "successful" or "failed"; a lease that ended
-    without one (the reaper's, a lost worker's, one interrupted at shutdown) ends "abandoned".
+    without one (the reaper's, a lost worker's, one interrupted at shutdown) ends "abandoned";
+    one a time limit or an abort ended, "timed out" or "cancelled".
     """
     if not result.lease_worker or result.lease_started_at is None:
         return ""
@@ -72,7 +79,7 @@ def attempt_record(result: ThreadmillTaskResult) -> str:
         # The common case, on every acknowledgement: spliced from JSON parts, the name's encoded once.
         return f'[{_worker_json(result.lease_worker)},{leased!r},{ran[0]!r},{ran[1]!r},"successful",""]'
     started, ended = (None, None) if ran is None else ran
-    outcome = "abandoned" if ran is None else "failed"
+    outcome = _ENDED_BY.get(ended_by(result)) or ("abandoned" if ran is None else "failed")
     return _dumps([result.lease_worker, leased, started, ended, outcome, _error_line(result)])
 
 

@@ -92,3 +92,26 @@ def test_records_this_code_cannot_read_are_left_out(backend):
 
     records = backend.get_result(result.id).attempt_records
     assert [(a.worker, a.leased_at is None) for a in records] == [("<b>", True), ("w-1", False)]
+
+
+def test_a_run_a_time_limit_or_an_abort_ended_is_recorded_as_such(backend):
+    from datetime import UTC, datetime
+
+    from threadmill.exceptions import TaskTimeout
+    from threadmill.outcome import cancelled_error, error_of, mark_failed
+
+    timed_out, aborted = tasks.echo.enqueue(1), tasks.echo.enqueue(2)
+    leased = {r.id: r for r in backend.acquire("default", count=2, worker="w-1", token_base="t")}
+    ran = leased[timed_out.id].lease_started_at.timestamp()
+    object.__setattr__(leased[timed_out.id], "ran", (ran, ran + 2))
+    mark_failed(leased[timed_out.id], error_of(TaskTimeout("Past 2 s.")), datetime.now(UTC))
+    mark_failed(leased[aborted.id], cancelled_error("Cancelled by ops."), datetime.now(UTC))
+
+    assert backend.acknowledge_many([(r, None) for r in leased.values()]) == [True, True]
+
+    (limit,) = backend.get_result(timed_out.id).attempt_records
+    (abort,) = backend.get_result(aborted.id).attempt_records
+    assert (limit.outcome, limit.duration.total_seconds()) == ("timed out", 2)
+    assert limit.error == "threadmill.exceptions.TaskTimeout: Past 2 s."
+    assert (abort.outcome, abort.started_at) == ("cancelled", None)
+    assert abort.error == "threadmill.exceptions.TaskCancelled: Cancelled by ops."
