@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from functools import partial
 
 from channels.db import database_sync_to_async
@@ -19,8 +20,9 @@ from django.template.loader import render_to_string
 
 from threadmill import api
 
-from .fragments import SegmentWatch, overview_context, workers_context
+from .fragments import SegmentWatch, TaskWatch, overview_context, progress_bars, task_context, workers_context
 from .security import can_change
+from .templatetags.inspector import progress_bar
 
 logger = logging.getLogger("inspector.live")
 
@@ -60,9 +62,34 @@ SEGMENT_KINDS = {"queues", "tick"}
 SEGMENT_NOTICE = "inspector/task_list.html#new-tasks"
 
 
-def render_segment_notice(watch: SegmentWatch) -> str:
-    """Render a segment page's "N new tasks" notice for an out-of-band swap (per page: its baseline is its own)."""
-    return render_to_string(SEGMENT_NOTICE, {**watch.context(), "oob": True})
+def render_segment_notice(watch: SegmentWatch, progressed: Sequence[str] = ()) -> str:
+    """Render a segment page's "N new tasks" notice for an out-of-band swap (per page: its baseline is its own).
+
+    A running page also gets the progress bars of the tasks of `progressed` that run in its
+    queue; a bar whose row the page does not show is ignored by htmx.
+    """
+    html = render_to_string(SEGMENT_NOTICE, {**watch.context(), "oob": True})
+    if not progressed:
+        return html
+    bars = progress_bars(watch.alias, watch.queue_name, progressed[:MAX_PROGRESS_BARS])
+    return html + "".join(progress_bar(task_id, progress, oob=True) for task_id, progress in bars)
+
+
+#: A task page's live part: its status, progress, timeline and metadata.
+TASK_STATUS = "inspector/task_detail.html#task-status"
+#: Which changes re-render a task page, besides progress its task reported.
+TASK_KINDS = {"queues"}
+#: Most progress bars one update of a running page carries (a page shows 50 rows).
+MAX_PROGRESS_BARS = 50
+
+
+def render_task_status(watch: TaskWatch, allowed: bool) -> str:
+    """Render a task page's status partial for an out-of-band swap; "" once the task is gone."""
+    try:
+        context = task_context(watch.alias, watch.task_id, allowed)
+    except api.TaskResultDoesNotExist:
+        return ""
+    return render_to_string(TASK_STATUS, {**context, "oob": True})
 
 
 class ConsoleConsumer(AsyncWebsocketConsumer):
@@ -77,9 +104,18 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
         # QueryDict decodes any bytes (a hostile query string is not always UTF-8).
         query = QueryDict(self.scope.get("query_string", b""))
         self.view = query.get("view", "overview")
+        self.progressed: set[str] | None = None
         if self.view == "segment":
             watch = await database_sync_to_async(SegmentWatch.of)(query)
+            if watch is not None and watch.segment is api.Segment.RUNNING:
+                self.progressed = set()
             self.kinds, self.render = SEGMENT_KINDS, partial(render_segment_notice, watch)
+        elif self.view == "task":
+            task_watch, allowed = TaskWatch.of(query), await database_sync_to_async(can_change)(user)
+            watch = task_watch
+            if task_watch is not None:
+                self.kinds = TASK_KINDS | {f"progress:{task_watch.task_id}"}
+                self.render = partial(render_task_status, task_watch, allowed)
         elif self.view in FRAGMENTS:
             watch, allowed = True, await database_sync_to_async(can_change)(user)
             self.kinds, self.render = FRAGMENTS[self.view][2], partial(render_fragment, self.view, allowed)
@@ -99,6 +135,13 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
         # Called on the hub's thread: hand the news to this connection's loop, nothing more.
         if kind in self.kinds:
             self.loop.call_soon_threadsafe(self.changed.set)
+        elif self.progressed is not None and kind.startswith("progress:"):
+            self.loop.call_soon_threadsafe(self._progressed, kind[len("progress:") :])
+
+    def _progressed(self, task_id: str) -> None:
+        if self.progressed is not None and len(self.progressed) < MAX_PROGRESS_BARS:
+            self.progressed.add(task_id)
+        self.changed.set()
 
     async def _pump(self) -> None:
         interval = 1 / MAX_UPDATES_PER_S
@@ -108,7 +151,13 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
             if not self.visible:
                 continue
             try:
-                await self.send(text_data=await database_sync_to_async(self.render)())
+                render = self.render
+                if self.progressed:
+                    # Taken on this loop, where the hub's news lands: the render's thread gets a list of its own.
+                    render, self.progressed = partial(render, progressed=list(self.progressed)), set()
+                html = await database_sync_to_async(render)()
+                if html:
+                    await self.send(text_data=html)
             except Exception:
                 logger.exception("Rendering the %s fragment failed.", self.view)
             await asyncio.sleep(interval)  # the rate limit: later changes coalesce into one update

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from django.urls import NoReverseMatch, reverse
 
 from threadmill import api
 
 from .charts import queue_charts
+from .converters import TaskIdConverter
 
 
 def segment_url(alias: str, queue_name: str, segment: api.Segment) -> str | None:
@@ -100,6 +102,8 @@ def shown_state(worker: api.WorkerSnapshot, command: str | None) -> str:
 
 #: A segment page's baseline total as the websocket URL carries it: ASCII digits, bounded.
 _TOTAL = re.compile(r"[0-9]{1,12}")
+#: A task id as a task page's websocket URL carries it: the task page's converter's shape.
+_TASK_ID = re.compile(TaskIdConverter.regex)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,3 +133,45 @@ class SegmentWatch:
             "gone_count": -change,
             "reload_url": segment_url(self.alias, self.queue_name, self.segment),
         }
+
+
+def task_context(alias: str, task_id: str, can_change: bool = False) -> dict:
+    """Return what a task's page shows; TaskResultDoesNotExist when it is not stored."""
+    task = api.task(alias, task_id)
+    unreadable = isinstance(task, api.UnreadableTask)
+    queue_name = task.queue_name if unreadable else task.task.queue_name
+    return {
+        "backend": alias, "task": task, "can_change": can_change, "unreadable": unreadable,
+        "timeline": None if unreadable else api.timeline_of(task), "attempts_kept": api.ATTEMPTS_KEPT,
+        "live_lease": bool(api.live_in_selection(alias, queue_name, task.segment, [task_id])),
+        "watch_query": urlencode({"view": "task", "backend": alias, "task": task_id}),
+    }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class TaskWatch:
+    """One open task page: its backend alias and task id."""
+
+    alias: str
+    task_id: str
+
+    @classmethod
+    def of(cls, query) -> TaskWatch | None:
+        """Return the watch a websocket's query asks for, or None when it names no known backend or a bad id."""
+        alias, task_id = query.get("backend", ""), query.get("task", "")
+        if alias not in api.backend_aliases() or not _TASK_ID.fullmatch(task_id):
+            return None
+        return cls(alias, task_id)
+
+
+def progress_bars(alias: str, queue_name: str, task_ids) -> list:
+    """Return (task id, progress) of the tasks of `task_ids` still running in one queue (one read each)."""
+    bars = []
+    for task_id in task_ids:
+        try:
+            task = api.task(alias, task_id)
+        except api.TaskResultDoesNotExist:
+            continue
+        if not isinstance(task, api.UnreadableTask) and task.task.queue_name == queue_name:
+            bars.append((task_id, task.progress))
+    return bars

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from threadmill import api
 
 from . import audit, forms
-from .fragments import overview_context, workers_context
+from .fragments import overview_context, task_context, workers_context
 from .models import AuditEntry
 from .security import can_change, change_required, console_view
 from .tables import PER_PAGE, segment_table
@@ -150,10 +150,10 @@ def _paginate(table, page_number: int) -> None:
 @require_GET
 @console_view
 def task_detail(request, backend: str, task_id: str):
-    task = _task_or_404(backend, task_id)
-    context = {"active": "queues", "backend": backend, "task": task, "can_change": can_change(request.user)}
-    context["unreadable"] = isinstance(task, api.UnreadableTask)
-    context["live_lease"] = bool(api.live_in_selection(backend, _queue_of(task), task.segment, [task_id]))
+    try:
+        context = {"active": "queues", **task_context(backend, task_id, can_change(request.user))}
+    except api.TaskResultDoesNotExist as e:
+        raise Http404(str(e)) from e
     return render(request, _partial(request, "inspector/task_detail.html", "task-status"), context)
 
 

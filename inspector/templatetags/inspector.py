@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django import template
 from django.utils.html import format_html
@@ -65,6 +65,18 @@ def pretty(value) -> dict:
 @register.filter
 def seconds(value: float | None):
     return "—" if value is None else f"{value:.0f} s" if value < 120 else f"{value / 60:.0f} min"
+
+
+@register.filter
+def span(value: timedelta | None):
+    """Render a duration to the millisecond below a minute, else in minutes and seconds; None as a dash."""
+    if value is None:
+        return "—"
+    total = value.total_seconds()
+    if total < 60:
+        return f"{total:.3f} s"
+    minutes, rest = divmod(int(total), 60)
+    return f"{minutes} min {rest} s"
 
 
 @register.filter

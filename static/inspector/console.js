@@ -8,16 +8,30 @@
   function sendVisibility(socket) {
     socket.send(JSON.stringify({ visible: !document.hidden }));
   }
+  // <html data-socket="open"> while a live socket is open (a page's state, and what a test waits for).
+  function markSockets() {
+    document.documentElement.setAttribute("data-socket", sockets.length ? "open" : "closed");
+  }
   document.addEventListener("htmx:wsOpen", function (event) {
     var socket = event.detail.socketWrapper;
     sockets.push(socket);
+    markSockets();
     if (document.hidden) sendVisibility(socket);
   });
   document.addEventListener("htmx:wsClose", function (event) {
     sockets = sockets.filter(function (s) { return s !== event.detail.socketWrapper; });
+    markSockets();
   });
   document.addEventListener("visibilitychange", function () {
     sockets.forEach(sendVisibility);
+  });
+
+  // A poll marked data-poll="fallback" stands in for the websocket: it is skipped while one is open.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var source = event.detail.elt;
+    if (sockets.length && source && source.getAttribute && source.getAttribute("data-poll") === "fallback") {
+      event.preventDefault();
+    }
   });
 
   // "Select all" checkbox in a task table's header.

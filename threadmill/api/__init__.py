@@ -20,6 +20,7 @@ from datetime import UTC
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
+from ..attempts import ATTEMPTS_KEPT, Timeline, timeline_of
 from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
 from ..backends.merge import Cursor, KeysetPage
 from ..backends.tooling.actions import CancelOutcome
@@ -64,6 +65,7 @@ from .workers import TelemetryHub, WorkerSnapshot, hub, parse_worker_event
 logger = logging.getLogger("threadmill.api")
 
 __all__ = [
+    "ATTEMPTS_KEPT",
     "CANCELLABLE_SEGMENTS",
     "CANCEL_VIEW_LIMIT",
     "CancelOutcome",
@@ -71,6 +73,8 @@ __all__ = [
     "FILTER_SCAN_LIMIT",
     "NO_FILTER",
     "REQUEUEABLE_SEGMENTS",
+    "Timeline",
+    "timeline_of",
     "Cursor",
     "Filter",
     "KeysetPage",

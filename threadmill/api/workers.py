@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..backends.keys import KeySchema
 from ..identity import WorkerName
 from ..telemetry import SNAPSHOT_INTERVAL_S
 
@@ -26,6 +27,8 @@ DEFAULT_TELEMETRY_INTERVAL_S = SNAPSHOT_INTERVAL_S
 LOST_AFTER_INTERVALS = 3
 #: Seconds a stopped or lost worker stays listed after it was last heard from.
 FORGET_WORKER_AFTER_S = 3600.0
+#: Most task ids one progress message is read for (a report call's tasks; a longer list is cut).
+PROGRESS_IDS_PER_MESSAGE = 500
 
 
 @dataclass(slots=True)
@@ -187,13 +190,31 @@ class TelemetryHub:
 
     def record(self, alias: str, payload: bytes | str, now: float | None = None) -> str | None:
         """Apply one telemetry message; return the kind of change, None for a message it cannot read."""
+        kinds = self.changes(alias, payload, now)
+        return kinds[0] if kinds else None
+
+    def changes(self, alias: str, payload: bytes | str, now: float | None = None) -> list[str]:
+        """Apply one telemetry message; return the kinds of change it makes, none for one it cannot read.
+
+        A progress message (report.lua's) makes "progress:<task id>" for each task it names, at
+        most `PROGRESS_IDS_PER_MESSAGE`, then "progress".
+        """
         try:
             event = json.loads(payload)
         except (ValueError, RecursionError):  # deep nesting exhausts the parser's recursion limit
             logger.warning("Ignoring a telemetry message that is not JSON: %r", payload[:200])
-            return None
+            return []
         if not isinstance(event, dict):
-            return None
+            return []
+        if event.get("type") == "progress":
+            keys = event.get("keys")
+            keys = keys[:PROGRESS_IDS_PER_MESSAGE] if isinstance(keys, list) else []
+            ids = [task_id for key in keys if isinstance(key, str) and (task_id := KeySchema.task_id_of(key))]
+            return [*(f"progress:{task_id}" for task_id in ids), "progress"]
+        kind = self._apply(alias, event, now)
+        return [kind] if kind else []
+
+    def _apply(self, alias: str, event: dict, now: float | None) -> str | None:
         if event.get("type") in ("ingress", "egress"):
             return "queues"
         snapshot = parse_worker_event(alias, event, time.time() if now is None else now)
@@ -256,8 +277,7 @@ class TelemetryHub:
                     message = subscription.next_message(timeout=0.2 / len(subscriptions))
                     if message:
                         channel, payload = message
-                        kind = self.record(names[channel], payload)
-                        if kind:
+                        for kind in self.changes(names[channel], payload):
                             self._notify(kind)
                 if time.monotonic() - last_tick >= DEFAULT_TELEMETRY_INTERVAL_S:
                     last_tick = time.monotonic()

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from django.tasks import Task, TaskResult
 
+from ..attempts import Attempt
 from ..progress import TaskProgress
 
 
@@ -189,6 +190,10 @@ class ThreadmillTaskResult(TaskResult):  # type: ignore[misc]
     metadata: dict[str, Any] = field(default_factory=dict)
     #: The W3C trace context (`traceparent`, `tracestate`) recorded at enqueue, or None.
     trace_context: dict[str, str] | None = None
+    #: The attempts recorded for this task, oldest first (`threadmill.attempts`); empty for one run by an older release.
+    attempt_records: tuple[Attempt, ...] = ()
+    #: Set by the worker that ran this attempt: (start, end) of the run, server-clock epoch seconds.
+    ran: tuple[float, float] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Arguments read back from a stored document are JSON already; normalising them

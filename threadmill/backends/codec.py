@@ -19,6 +19,7 @@ from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.utils.module_loading import import_string
 
+from ..attempts import attempts_of
 from ..progress import metadata_of, progress_of
 from ..retry import policy_from_spec, retry_spec
 from .base import Segment, ThreadmillTaskResult
@@ -254,6 +255,7 @@ def decode(
     worker_losses: int | None = None,
     progress: bytes | None = None,
     metadata: bytes | None = None,
+    attempts: bytes | None = None,
 ) -> ThreadmillTaskResult:
     """Read a stored document as the task result of a task in `segment`, its lease and reports applied.
 
@@ -295,6 +297,7 @@ def decode(
         progress=progress_of(progress) if progress else None,
         metadata=metadata_of(metadata) if metadata else {},
         trace_context=_trace_of(doc.get("trace")),
+        attempt_records=attempts_of(attempts) if attempts else (),
     )
     if segment is Segment.SUCCESSFUL:
         object.__setattr__(result, "_return_value", doc.get("return_value"))

@@ -31,6 +31,7 @@ TASK_FIELDS = (
     "result",
     "reported_progress",
     "metadata",
+    "attempts",
 )
 #: Seconds a per-minute counter outlives its minute: the console charts the last 24 hours.
 #: Each queue keeps at most 4 counters a minute (in, out, failed, latency), about 5,800 keys.
@@ -98,6 +99,12 @@ class KeySchema:
     def task(self, task_id: str) -> str:
         """Hash: `data`, `queue`, `segment`, `score`, `started_at` and the lease fields."""
         return f"{self.prefix}:task:{task_id}"
+
+    @staticmethod
+    def task_id_of(key: str) -> str | None:
+        """Return the task id of a task hash's key (any partition's), None for another key."""
+        _, found, task_id = key.rpartition(":task:")
+        return task_id if found and task_id else None
 
     def result(self, task_id: str) -> str:
         """String: the finished task's document, expiring after `result_ttl`."""

@@ -28,6 +28,7 @@ from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 from redis.cluster import RedisCluster
 
+from ..attempts import attempt_record
 from ..exceptions import BackendConnectionError, ServerUnreachable, TaskCancelled, TaskTimeout, UnreadableTaskError
 from ..identity import this_process_name
 from ..integrations import otel
@@ -362,7 +363,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     def _stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult:
         # A result lives in the task hash; layout 1 kept it in a key of its own, read until it expires.
         data, _, segment, started_at, worker, lease_started, token, read_error, stored_result = fields[:9]
-        progress, metadata = fields[9:]
+        progress, metadata, attempts = fields[9:12]
         stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {result_id!r} is stored.")
@@ -380,6 +381,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 lease_token=codec.text(token),
                 progress=progress,
                 metadata=metadata,
+                attempts=attempts,
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
             raise UnreadableTaskError(f"Task {result_id} cannot be read: {e!r}") from e
@@ -478,7 +480,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             segment = Segment.SUCCESSFUL if result.status == TaskResultStatus.SUCCESSFUL else Segment.FAILED
             document = codec.encode_result(result, return_value)
             end = _ENDED_BY.get(ended_by(result), "-")
-            entries.append((result.id, result.task.queue_name, result.lease_token, document, segment, end))
+            record = attempt_record(result)
+            entries.append((result.id, result.task.queue_name, result.lease_token, document, segment, end, record))
         minute = int(time.time() // 60)
         if len(self.covered_partitions()) == 1:
             accepted = self.scripts.acknowledge(entries, self.config.result_ttl, minute)
@@ -637,6 +640,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 document=codec.encode_result(task),
                 # A worker's retry of a run its time limit ended (a result read back carries no lease).
                 counted="timed_out" if token and ended_by(task) is TaskTimeout else "",
+                record=attempt_record(task) if token and isinstance(task, ThreadmillTaskResult) else "",
             )
         else:
             return self._requeue_by_id(task, at) == 1

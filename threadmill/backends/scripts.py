@@ -363,10 +363,11 @@ class RedisScripts:
 
     @translate_errors
     def acknowledge(self, entries: Sequence[tuple], result_ttl: float, minute: int) -> list:
-        """Acknowledge (task id, queue, lease token, document, finished segment[, end]) entries; 1 or 0 each.
+        """Acknowledge (task id, queue, lease token, document, finished segment[, end[, record]]) entries; 1 or 0 each.
 
         `end` is `ENDED_BY_TIME_LIMIT` or `ENDED_BY_ABORT` for a run one of them ended, counted in
-        the queue's totals; the letters go only when one is there, so the usual call sends none.
+        the queue's totals; the letters go only when one is there or records go. `record` is the
+        attempt's record (`threadmill.attempts`), "" for none.
         """
         k = self.keys
         queues = list(dict.fromkeys(entry[1] for entry in entries))
@@ -377,12 +378,15 @@ class RedisScripts:
         args: list[Any] = [
             int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), self.sharded_flag, len(queues), *queues
         ]  # fmt: skip
-        marks = ""
-        for task_id, queue_name, token, document, segment, *end in entries:
+        marks, records = "", []
+        for task_id, queue_name, token, document, segment, *more in entries:
             keys += [k.task(task_id), k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, segment)]
             args += [task_id, token, document, segment.value, index[queue_name]]
-            marks += end[0] if end else "-"
-        if marks.strip("-"):
+            marks += more[0] if more else "-"
+            records.append(more[1] if len(more) > 1 else "")
+        if any(records):
+            args += [marks, *records]
+        elif marks.strip("-"):
             args.append(marks)
         keys += [k.throttled(), *(k.wake(name) for name in queues)]
         return self._run(self._acknowledge, keys=keys, args=args)
@@ -398,18 +402,19 @@ class RedisScripts:
         document: str = "",
         segment: str = "",
         counted: str = "",
+        record: str = "",
     ) -> int:
         """Requeue one task, fenced by its lease `token` and by the `segment` it was read in ("" for none).
 
-        `counted` names a field of the queue's totals to add 1 to once requeued ("" for none).
+        `counted` names a field of the queue's totals to add 1 to once requeued ("" for none);
+        `record` is the record of the attempt that ends here (`threadmill.attempts`), "" for none.
         """
         k = self.keys
         target = "ready" if run_after is None else "deferred"
         keys = [k.task(task_id), k.result(task_id), *self.segment_keys(queue_name), k.wake(queue_name)]
-        args = [task_id, target, "" if run_after is None else repr(run_after), token, document, segment]
-        if counted:
-            keys.append(k.totals(queue_name))
-            args.append(counted)
+        keys.append(k.totals(queue_name))
+        at = "" if run_after is None else repr(run_after)
+        args = [task_id, target, at, token, document, segment, counted, record]
         return self._run(self._requeue, keys=keys, args=args)
 
     @translate_errors
@@ -655,6 +660,7 @@ class RedisScripts:
         args = []
         for _, token, progress, metadata, merged in entries:
             args += [token, progress, metadata, "1" if merged else "0"]
+        args += [self.keys.telemetry(), self.sharded_flag]
         return self._run(self._report, keys=keys, args=args)
 
     @translate_errors

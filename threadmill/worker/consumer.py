@@ -33,7 +33,7 @@ class Consumers(ProcessHost):
 
     def _consume(self, executor: Executor) -> None:
         lock, buffer, outcome, result, ran_s = self._lock, self.buffer, None, None, 0.0
-        clock = time.perf_counter
+        clock, monotonic = time.perf_counter, time.monotonic
         executor.thread_id, running.executor = threading.get_ident(), executor
         try:
             while True:
@@ -63,8 +63,11 @@ class Consumers(ProcessHost):
                     result = None
                     continue
                 executor.started_at = started = clock()
+                began = monotonic()
                 outcome = self._run(executor, result, limit_s)
                 ran_s = clock() - started
+                offset = entry.clock_offset
+                object.__setattr__(result, "ran", (began + offset, monotonic() + offset))
                 executor.started_at = None
                 if result.worker_losses is not None:
                     self._record_finish(result)

@@ -355,7 +355,9 @@ class Fetcher(ProcessHost):
                 self.unstarted.extend(results)
             elif results:
                 self._poll_pause = self.backend.config.poll_interval
-                self.buffer.extend(Buffered(result, expires, epoch) for result in results)
+                # The lease was taken between sent_at and the answer: a run's start maps at or after it.
+                offset = results[0].lease_started_at.timestamp() - sent_at
+                self.buffer.extend(Buffered(result, expires, epoch, offset) for result in results)
                 self._has_tasks.notify(len(results))
             elif not self.holds_leases and (results.held_back or not self.config.exit_empty):
                 # Nothing leased and nothing held: wait on the server, woken by the next enqueue, by an

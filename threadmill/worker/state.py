@@ -26,4 +26,6 @@ class Buffered:
     result: ThreadmillTaskResult
     expires: float
     epoch: int
+    #: Server-clock epoch seconds minus this process's monotonic clock, as of the acquire call.
+    clock_offset: float = 0.0
 

@@ -28,6 +28,8 @@
 -- ARGV[6+m+5n] (string) optional, one letter a task: "t" its run passed its time limit, "a" an
 --                       abort ended it, "-" neither; absent (none of either, or an older caller):
 --                       nothing counted
+-- ARGV[6+m+5n+i] (string) optional, task i's attempt record (threadmill.attempts), appended to its
+--                       `attempts` field; "" or absent (an older caller): none
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
 local ttl = tonumber(ARGV[1])
 local m = tonumber(ARGV[5])
@@ -43,13 +45,27 @@ local ended = {t = {}, a = {}}  -- per queue: runs a time limit ("t") or an abor
 for j = 1, m do
   out[j], failed[j], ended.t[j], ended.a[j] = 0, 0, 0, 0
 end
-local n = math.floor((#ARGV - 5 - m) / 5)
+-- From the keys: the optional trailing arguments (marks, attempt records) vary in number.
+local n = (#KEYS - 4 * m - 1) / 3
 local marks = ARGV[6 + m + 5 * n] or ''
+-- include: attempts
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id = KEYS[k + 1], ARGV[a + 1]
-  if redis.call('HGET', task, 'lease_token') == ARGV[a + 2] then
-    redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3])
+  local record = ARGV[6 + m + 5 * n + i] or ''
+  local token, attempts
+  if record == '' then
+    token = redis.call('HGET', task, 'lease_token')
+  else
+    local fields = redis.call('HMGET', task, 'lease_token', 'attempts')
+    token, attempts = fields[1], with_attempt(fields[2], record)
+  end
+  if token == ARGV[a + 2] then
+    if attempts then
+      redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3], 'attempts', attempts)
+    else
+      redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3])
+    end
     redis.call('HDEL', task, 'lease_worker', 'lease_token', 'lease_started_at')
     redis.call('EXPIRE', task, ttl)
     local running, finished = KEYS[k + 2], KEYS[k + 3]

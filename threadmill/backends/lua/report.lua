@@ -8,9 +8,13 @@
 -- ARGV[4i-2] (string) task i's progress document, or "" to leave the stored one
 -- ARGV[4i-1] (string) task i's metadata document, or "" to leave the stored one
 -- ARGV[4i]   (string) "1" when that metadata includes what was stored before the run, else "0"
+-- ARGV[4n+1] (string) optional, the telemetry channel: the ids whose progress was stored are published
+--                   on it in one message (the console's live progress); absent (an older caller): none
+-- ARGV[4n+2] (string) "1" to publish with SPUBLISH (a cluster's sharded pub/sub), "0" with PUBLISH
 -- Returns: {reply_1, ..., reply_n}: 1 stored, 0 the fence refused it, or the stored metadata to
 --          merge (the progress was stored, the metadata was not)
 local replies = {}
+local progressed = {}
 for i = 1, #KEYS do
   local task, a = KEYS[i], 4 * i - 4
   if redis.call('HGET', task, 'lease_token') ~= ARGV[a + 1] then
@@ -19,6 +23,7 @@ for i = 1, #KEYS do
     replies[i] = 1
     if ARGV[a + 2] ~= '' then
       redis.call('HSET', task, 'reported_progress', ARGV[a + 2])
+      progressed[#progressed + 1] = task
     end
     if ARGV[a + 3] ~= '' then
       local stored = ARGV[a + 4] ~= '1' and redis.call('HGET', task, 'metadata')
@@ -29,5 +34,10 @@ for i = 1, #KEYS do
       end
     end
   end
+end
+local channel = ARGV[4 * #KEYS + 1]
+if channel and #progressed > 0 then
+  local publish = ARGV[4 * #KEYS + 2] == '1' and 'SPUBLISH' or 'PUBLISH'
+  redis.call(publish, channel, '{"type":"progress","keys":' .. cjson.encode(progressed) .. '}')
 end
 return replies

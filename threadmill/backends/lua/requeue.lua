@@ -18,10 +18,15 @@
 -- ARGV[6] (string) the segment the caller read the task in, or "" (or absent: an older caller) for any
 -- ARGV[7] (string) the totals field to add 1 to once requeued (the worker's retry of a run that
 --                  passed its time limit: "timed_out"), or absent for none
+-- ARGV[8] (string) the attempt record of the run that ends here (threadmill.attempts; the worker's retry
+--                  or hand-back), or "" or absent: a task leased when requeued (a console requeue of a
+--                  running task) gets a "requeued" record of its lease, written here
 -- Returns: 1 requeued; 0 no such task, or already ready; -1 the fence refused it (another lease,
 --          or the task left the segment ARGV[6] names)
 local segments = {ready = 3, deferred = 4, running = 5, successful = 6, failed = 7, unreadable = 8}
-local fields = redis.call('HMGET', KEYS[1], 'segment', 'score', 'lease_token', 'result')
+-- include: attempts
+local fields = redis.call('HMGET', KEYS[1], 'segment', 'score', 'lease_token', 'result', 'attempts', 'lease_worker',
+  'lease_started_at')
 local current = fields[1]
 if not current or current == 'ready' then
   return 0
@@ -54,7 +59,17 @@ redis.call('PERSIST', KEYS[1])
 -- A new attempt reports its own progress; the metadata is the task's and stays.
 redis.call('HDEL', KEYS[1], 'lease_worker', 'lease_token', 'lease_started_at', 'read_error', 'result',
   'reported_progress')
-redis.call('HSET', KEYS[1], 'segment', ARGV[2], 'score', string.format('%.0f', score))
+local record = ARGV[8] or ''
+if record == '' and fields[6] then
+  record = cjson.encode({fields[6], tonumber(fields[7] or ''), cjson.null,
+    tonumber(time[1]) + tonumber(time[2]) / 1000000, 'requeued', ''})
+end
+if record ~= '' then
+  redis.call('HSET', KEYS[1], 'segment', ARGV[2], 'score', string.format('%.0f', score), 'attempts',
+    with_attempt(fields[5], record))
+else
+  redis.call('HSET', KEYS[1], 'segment', ARGV[2], 'score', string.format('%.0f', score))
+end
 if ARGV[2] == 'deferred' then
   redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
 else

@@ -173,15 +173,17 @@ class QueueTooling(ToolingHost):
         pipe.get(keys.result(task_id))
         pipe.zscore(keys.segment(queue_name, segment), task_id)
         fields, old_layout_result, score = pipe.execute()
-        data, _, _, started_at, worker, lease_started, token, read_error, stored_result, progress, metadata = fields
+        data, _, _, started_at, worker, lease_started, token, read_error, stored_result, progress, metadata, attempts = (
+            fields
+        )
         stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
         row = [task_id.encode(), data, stored_result, started_at, worker, lease_started, token, read_error, score]
-        return self._peeked(queue_name, segment, [*row, progress], metadata)
+        return self._peeked(queue_name, segment, [*row, progress], metadata, attempts)
 
     def _peeked(
-        self, queue_name: str, segment: Segment, row: list, metadata: bytes | None = None
+        self, queue_name: str, segment: Segment, row: list, metadata: bytes | None = None, attempts: bytes | None = None
     ) -> ThreadmillTaskResult | UnreadableTask:
         """Read one row of a peek reply (a page's rows carry no metadata; one task's read does)."""
         task_id = row[0].decode()
@@ -200,6 +202,7 @@ class QueueTooling(ToolingHost):
                 lease_deadline=codec.moment(score) if segment is Segment.RUNNING else None,
                 progress=progress,
                 metadata=metadata,
+                attempts=attempts,
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
             if segment not in _FINISHED:
