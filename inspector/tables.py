@@ -245,13 +245,16 @@ def _seconds(value: float | None):
     return "—" if value is None else format_html("{} s", f"{value:.1f}")
 
 
+def select_column() -> tables.CheckBoxColumn:
+    """A row's checkbox in the selection form, labelled with its task's id for screen readers."""
+    row = {"name": "ids", "form": "selection", "aria-label": lambda value: f"Select task {value}"}
+    return tables.CheckBoxColumn(accessor="id", attrs={"td__input": row, "th__input": {"aria-label": "Select all"}})
+
+
 class SegmentTable(tables.Table):
     """Columns every segment shows."""
 
-    select = tables.CheckBoxColumn(
-        accessor="id",
-        attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}},
-    )
+    select = select_column()
     id = tables.Column(verbose_name="Id", orderable=False)
     task_path = tables.Column(verbose_name="Task", orderable=False, empty_values=())
     priority = tables.Column(orderable=False)
@@ -345,10 +348,7 @@ class FinishedTable(SegmentTable):
 
 
 class UnreadableTable(tables.Table):
-    select = tables.CheckBoxColumn(
-        accessor="id",
-        attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}},
-    )
+    select = select_column()
     id = tables.Column(verbose_name="Id", orderable=False)
     preview = tables.Column(verbose_name="Raw payload (preview)", orderable=False)
     read_error = tables.Column(verbose_name="Read error", orderable=False)

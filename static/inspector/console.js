@@ -20,6 +20,20 @@
     sockets.forEach(sendVisibility);
   });
 
+  // A table wider than the screen scrolls in its own box: make that box reachable by keyboard.
+  function markScrollingTables() {
+    document.querySelectorAll("main table").forEach(function (table) {
+      if (table.scrollWidth > table.clientWidth + 1) {
+        table.setAttribute("tabindex", "0");
+      } else {
+        table.removeAttribute("tabindex");
+      }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", markScrollingTables);
+  document.addEventListener("htmx:afterSettle", markScrollingTables);
+  window.addEventListener("resize", markScrollingTables);
+
   // "Select all" checkbox in a task table's header.
   document.addEventListener("change", function (event) {
     var box = event.target;

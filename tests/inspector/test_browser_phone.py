@@ -103,7 +103,7 @@ def serious_violations(page) -> list[str]:
 
     found = Axe().run(page).response["violations"]
     return [
-        f"{v['id']} ({v['impact']}): {[node['target'] for node in v['nodes']][:3]}"
+        f"{v['id']} ({v['impact']}): {[node['target'] for node in v['nodes']][:3]} {v['nodes'][0]['failureSummary'][:300]}"
         for v in found
         if v["impact"] in ("serious", "critical")
     ]
@@ -111,7 +111,7 @@ def serious_violations(page) -> list[str]:
 
 @pytest.mark.parametrize("width", [PHONE, DESKTOP])
 @pytest.mark.parametrize("kind", PAGE_KINDS)
-def test_every_page_kind_fits_the_viewport(phone, seeded, kind, width):
+def test_every_page_kind_fits_the_viewport_and_passes_axe_in_both_colour_schemes(phone, seeded, kind, width):
     phone.set_viewport_size({"width": width, "height": 844})
     PAGE_KINDS[kind](phone, seeded)
     phone.wait_for_load_state("load")
@@ -121,6 +121,11 @@ def test_every_page_kind_fits_the_viewport(phone, seeded, kind, width):
     if width == PHONE:
         assert phone.evaluate(_SMALL_TARGETS, TARGETS) == []
         shot(phone, f"phone_{kind}")
+    for scheme in ("light", "dark"):
+        phone.emulate_media(color_scheme=scheme)
+        found = serious_violations(phone)
+        assert found == [], f"{kind} in {scheme}: " + "\n".join(found)
+    phone.emulate_media(color_scheme="light")
 
 
 @pytest.mark.parametrize("segment", ["ready", "running", "failed"])
