@@ -17,7 +17,7 @@ from threadmill import api
 from threadmill.backends.base import json_preview
 from threadmill.progress import TaskProgress
 
-from .templatetags.inspector import progress_bar
+from .templatetags.inspector import duration, moment, progress_bar
 
 #: Characters of args or of a raw payload a table cell shows; the detail page shows the rest.
 PREVIEW_CHARS = 120
@@ -235,16 +235,6 @@ class KeysetData(SegmentData):
         return iter(self[:])
 
 
-def _moment(value: datetime | None):
-    if value is None:
-        return "—"
-    return format_html('<time datetime="{}">{}</time>', value.isoformat(), value.strftime("%Y-%m-%d %H:%M:%S"))
-
-
-def _seconds(value: float | None):
-    return "—" if value is None else format_html("{} s", f"{value:.1f}")
-
-
 def select_column() -> tables.CheckBoxColumn:
     """A row's checkbox in the selection form, labelled with its task's id for screen readers."""
     row = {"name": "ids", "form": "selection", "aria-label": lambda value: f"Select task {value}"}
@@ -281,7 +271,7 @@ class SegmentTable(tables.Table):
         return format_html("<code>{}</code>", value)
 
     def render_enqueued_at(self, value):
-        return _moment(value)
+        return moment(value)
 
 
 class DeferredTable(SegmentTable):
@@ -291,7 +281,7 @@ class DeferredTable(SegmentTable):
     run_after = tables.Column(verbose_name="Run after", orderable=False)
 
     def render_run_after(self, value):
-        return _moment(value)
+        return moment(value)
 
 
 class RunningTable(SegmentTable):
@@ -320,13 +310,13 @@ class RunningTable(SegmentTable):
         return format_html('<span class="mono">{}</span>', value)
 
     def render_lease_started_at(self, value):
-        return _moment(value)
+        return moment(value)
 
     def render_lease_age_s(self, value):
-        return _seconds(value)
+        return duration(value)
 
     def render_lease_deadline(self, value):
-        return _moment(value)
+        return moment(value)
 
 
 class FinishedTable(SegmentTable):
@@ -338,10 +328,10 @@ class FinishedTable(SegmentTable):
     error_class = tables.Column(verbose_name="Error", orderable=False)
 
     def render_finished_at(self, value):
-        return _moment(value)
+        return moment(value)
 
     def render_duration_s(self, value):
-        return _seconds(value)
+        return duration(value)
 
     def render_error_class(self, value):
         return format_html('<span class="mono">{}</span>', value)

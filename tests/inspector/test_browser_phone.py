@@ -8,9 +8,11 @@ axe-core reports no serious or critical violation in the light and the dark colo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.inspector.test_browser import (  # noqa: F401 - fixtures
     WAIT_MS,
@@ -65,6 +67,13 @@ def _confirm(segment: str, button: str) -> Callable:
     return open_confirmation
 
 
+def _schedules(page, ids):
+    page.goto("/threadmill/schedules/")
+    if page.locator("a.last-task").count() == 0:  # a last run to show (the schedules survive the flush)
+        page.click("tr[data-schedule=yearly-echo] button:text('Run now')")
+        page.locator("a.last-task").wait_for()
+
+
 def _workers(page, ids):
     page.goto("/threadmill/workers/")
     page.locator("tr.worker[data-state=live]").first.wait_for()
@@ -74,7 +83,7 @@ SEGMENTS = ("ready", "deferred", "running", "successful", "failed", "unreadable"
 PAGE_KINDS: dict[str, Callable] = {
     "overview": _goto("/threadmill/"),
     "workers": _workers,
-    "schedules": _goto("/threadmill/schedules/"),
+    "schedules": _schedules,
     "audit": _goto("/threadmill/audit/"),
     **{f"segment-{s}": _goto(f"/threadmill/default/default/{s}/") for s in SEGMENTS},
     **{f"task-{s}": _goto(f"/threadmill/default/task/{{{s}}}/") for s in SEGMENTS},
@@ -138,3 +147,22 @@ def test_a_segment_table_scrolls_in_its_own_box_with_id_and_task_in_view_on_a_ph
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE, cell
     scroller = phone.evaluate("getComputedStyle(document.querySelector('#tasks-table table')).overflowX")
     assert scroller == "auto"
+
+
+def test_relative_times_stay_fresh_on_a_live_page_without_a_reload(phone, seeded):
+    page = phone.context.new_page()
+    try:
+        page.clock.install()
+        page.goto("/threadmill/default/default/ready/")
+        enqueued = page.locator(f"tr:has(a:text-is('{seeded['ready']}')) time").first
+        assert re.fullmatch(r"now|\d+ s ago", enqueued.inner_text())
+        assert enqueued.get_attribute("title").endswith(" UTC")
+        page.evaluate("window.stillTheSamePage = true")
+        page.clock.fast_forward("03:00")
+        expect(enqueued).to_have_text("3 min ago", timeout=WAIT_MS)
+        assert page.evaluate("window.stillTheSamePage") is True
+        enqueued.focus()  # a keyboard or a tap shows the exact value
+        shown = page.evaluate("e => getComputedStyle(e, '::after').content", enqueued.element_handle())
+        assert shown.endswith(' UTC"')
+    finally:
+        page.close()
