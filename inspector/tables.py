@@ -27,6 +27,21 @@ PER_PAGE = 50
 SORTS = ("", "enqueued_at", "-enqueued_at")
 
 
+def error_line(error) -> str:
+    """Return the first line of a task error's message, read off its traceback and cut to PREVIEW_CHARS."""
+    path = error.exception_class_path
+    names = (path, path.rpartition(".")[2])
+    lines = error.traceback.rstrip().splitlines()
+    # The raised exception's own line comes last but for its message's continuation lines.
+    for line in reversed(lines):
+        name, colon, message = line.partition(": ")
+        if name in names or (not colon and line in names):
+            break
+    else:
+        message = lines[-1] if lines else ""
+    return message[:PREVIEW_CHARS] + ("…" if len(message) > PREVIEW_CHARS else "")
+
+
 @dataclass(frozen=True, slots=True)
 class TaskRow:
     """What a table shows of one task, read safely whether or not the payload is readable."""
@@ -45,6 +60,8 @@ class TaskRow:
     duration_s: float | None = None
     attempts: int | None = None
     error_class: str = ""
+    #: The first line of the last error's message, cut to PREVIEW_CHARS.
+    error_line: str = ""
     preview: str = ""
     read_error: str = ""
     #: Which of "gone" (the worker's heartbeat stopped) and "overdue" (the lease is past due) a running task carries.
@@ -72,6 +89,7 @@ class TaskRow:
             duration_s=(item.finished_at - ran).total_seconds() if item.finished_at and ran else None,
             attempts=len(item.worker_ids),
             error_class=item.errors[-1].exception_class_path if item.errors else "",
+            error_line=error_line(item.errors[-1]) if item.errors else "",
             lease_flags=frozenset(check.flags(item)) if check else frozenset(),
             progress=getattr(item, "progress", None),
         )
@@ -333,8 +351,10 @@ class FinishedTable(SegmentTable):
     def render_duration_s(self, value):
         return duration(value)
 
-    def render_error_class(self, value):
-        return format_html('<span class="mono">{}</span>', value)
+    def render_error_class(self, value, record):
+        if not record.error_line:
+            return format_html('<span class="mono">{}</span>', value)
+        return format_html('<span class="mono">{}</span> <span class="error-line">{}</span>', value, record.error_line)
 
 
 class UnreadableTable(tables.Table):
