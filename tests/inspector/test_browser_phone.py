@@ -53,8 +53,11 @@ def phone(browser, live):  # noqa: F811
     context.close()
 
 
-def _goto(path: str) -> Callable:
-    return lambda page, ids: page.goto(path.format(**ids))
+def _goto(path: str, status: int = 200) -> Callable:
+    def open_page(page, ids):
+        assert page.goto(path.format(**ids)).status == status
+
+    return open_page
 
 
 def _confirm(segment: str, button: str) -> Callable:
@@ -74,23 +77,41 @@ def _schedules(page, ids):
         page.locator("a.last-task").wait_for()
 
 
+def _task_path(page, ids):
+    from django.tasks import task_backends
+
+    from tests.tasks import echo
+    from tests.worker.conftest import wait_until
+
+    echo.using(queue_name="reports").enqueue("counted")  # the module's worker serves reports
+    backend = task_backends["default"]
+    wait_until(lambda: any(s.runs for s in backend.task_stats(minutes=60)), "the worker counts the run")
+    assert page.goto("/threadmill/tasks/default/reports/tests.tasks.echo/").ok
+
+
 def _workers(page, ids):
     page.goto("/threadmill/workers/")
     page.locator("tr.worker[data-state=live]").first.wait_for()
 
 
+#: The phone screenshots the README shows (the screenshot command writes them).
+SHOTS = {("overview", "light"), ("overview", "dark"), ("segment-failed", "light"), ("task-failed", "light"),
+         ("workers", "light")}  # fmt: skip
 SEGMENTS = ("ready", "deferred", "running", "successful", "failed", "unreadable")
 PAGE_KINDS: dict[str, Callable] = {
     "overview": _goto("/threadmill/"),
     "workers": _workers,
     "schedules": _schedules,
+    "tasks": _goto("/threadmill/tasks/"),
+    "task-path": _task_path,
     "audit": _goto("/threadmill/audit/"),
     **{f"segment-{s}": _goto(f"/threadmill/default/default/{s}/") for s in SEGMENTS},
     **{f"task-{s}": _goto(f"/threadmill/default/task/{{{s}}}/") for s in SEGMENTS},
     "purge-confirm": _goto("/threadmill/default/default/failed/purge/"),
     "requeue-confirm": _confirm("failed", "Requeue selected…"),
     "cancel-confirm": _confirm("ready", "Cancel selected…"),
-    "search": _goto("/threadmill/search/?q=no-such-task"),
+    "search": _goto("/threadmill/search/?q=no-such-task", status=404),
+    "not-found": _goto("/threadmill/default/no-such-queue/ready/", status=404),
 }
 
 _OVERFLOW = """() => {
@@ -129,9 +150,10 @@ def test_every_page_kind_fits_the_viewport_and_passes_axe_in_both_colour_schemes
     assert fit["outside"] == [], f"{kind}: navigation links outside the viewport"
     if width == PHONE:
         assert phone.evaluate(_SMALL_TARGETS, TARGETS) == []
-        shot(phone, f"phone_{kind}")
     for scheme in ("light", "dark"):
         phone.emulate_media(color_scheme=scheme)
+        if width == PHONE and (kind, scheme) in SHOTS:
+            shot(phone, f"phone_{kind}" + ("_dark" if scheme == "dark" else ""))
         found = serious_violations(phone)
         assert found == [], f"{kind} in {scheme}: " + "\n".join(found)
     phone.emulate_media(color_scheme="light")
