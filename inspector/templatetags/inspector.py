@@ -13,6 +13,8 @@ from django.utils.safestring import mark_safe
 
 from threadmill.backends.base import return_value_of
 
+from .inspector_tasks import human_seconds
+
 register = template.Library()
 
 #: Characters of a value shown before it is collapsed behind "show all".
@@ -96,21 +98,8 @@ def pretty(value) -> dict:
     }
 
 
-@register.filter
-def duration(value: float | None) -> str:
-    """Say a span of seconds in human units: "850 ms", "2.4 s", "42 s", "3 min 05 s", "2 h 03 min"."""
-    if value is None:
-        return "—"
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    if value < 10:
-        return f"{value:.1f} s"
-    whole = round(value)
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60:02d} s"
-    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+#: Durations, latency, lease age and uptime in human units ("850 ms", "2.4 s", "3 min 05 s"), as the Tasks pages say them.
+duration = register.filter("duration", human_seconds)
 
 
 @register.filter
