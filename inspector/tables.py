@@ -17,7 +17,7 @@ from threadmill import api
 from threadmill.backends.base import json_preview
 from threadmill.progress import TaskProgress
 
-from .templatetags.inspector import progress_bar
+from .templatetags.inspector import duration, moment, progress_bar
 
 #: Characters of args or of a raw payload a table cell shows; the detail page shows the rest.
 PREVIEW_CHARS = 120
@@ -25,6 +25,21 @@ PREVIEW_CHARS = 120
 PER_PAGE = 50
 #: What `?sort=` may be: queue order, or reversed (a segment is a sorted set; nothing else is indexed).
 SORTS = ("", "enqueued_at", "-enqueued_at")
+
+
+def error_line(error) -> str:
+    """Return the first line of a task error's message, read off its traceback and cut to PREVIEW_CHARS."""
+    path = error.exception_class_path
+    names = (path, path.rpartition(".")[2])
+    lines = error.traceback.rstrip().splitlines()
+    # The raised exception's own line comes last but for its message's continuation lines.
+    for line in reversed(lines):
+        name, colon, message = line.partition(": ")
+        if name in names or (not colon and line in names):
+            break
+    else:
+        message = lines[-1] if lines else ""
+    return message[:PREVIEW_CHARS] + ("…" if len(message) > PREVIEW_CHARS else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +60,8 @@ class TaskRow:
     duration_s: float | None = None
     attempts: int | None = None
     error_class: str = ""
+    #: The first line of the last error's message, cut to PREVIEW_CHARS.
+    error_line: str = ""
     preview: str = ""
     read_error: str = ""
     #: Which of "gone" (the worker's heartbeat stopped) and "overdue" (the lease is past due) a running task carries.
@@ -72,6 +89,7 @@ class TaskRow:
             duration_s=(item.finished_at - ran).total_seconds() if item.finished_at and ran else None,
             attempts=len(item.worker_ids),
             error_class=item.errors[-1].exception_class_path if item.errors else "",
+            error_line=error_line(item.errors[-1]) if item.errors else "",
             lease_flags=frozenset(check.flags(item)) if check else frozenset(),
             progress=getattr(item, "progress", None),
         )
@@ -235,23 +253,16 @@ class KeysetData(SegmentData):
         return iter(self[:])
 
 
-def _moment(value: datetime | None):
-    if value is None:
-        return "—"
-    return format_html('<time datetime="{}">{}</time>', value.isoformat(), value.strftime("%Y-%m-%d %H:%M:%S"))
-
-
-def _seconds(value: float | None):
-    return "—" if value is None else format_html("{} s", f"{value:.1f}")
+def select_column() -> tables.CheckBoxColumn:
+    """A row's checkbox in the selection form, labelled with its task's id for screen readers."""
+    row = {"name": "ids", "form": "selection", "aria-label": lambda value: f"Select task {value}"}
+    return tables.CheckBoxColumn(accessor="id", attrs={"td__input": row, "th__input": {"aria-label": "Select all"}})
 
 
 class SegmentTable(tables.Table):
     """Columns every segment shows."""
 
-    select = tables.CheckBoxColumn(
-        accessor="id",
-        attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}},
-    )
+    select = select_column()
     id = tables.Column(verbose_name="Id", orderable=False)
     task_path = tables.Column(verbose_name="Task", orderable=False, empty_values=())
     priority = tables.Column(orderable=False)
@@ -278,7 +289,7 @@ class SegmentTable(tables.Table):
         return format_html("<code>{}</code>", value)
 
     def render_enqueued_at(self, value):
-        return _moment(value)
+        return moment(value)
 
 
 class DeferredTable(SegmentTable):
@@ -288,7 +299,7 @@ class DeferredTable(SegmentTable):
     run_after = tables.Column(verbose_name="Run after", orderable=False)
 
     def render_run_after(self, value):
-        return _moment(value)
+        return moment(value)
 
 
 class RunningTable(SegmentTable):
@@ -317,13 +328,13 @@ class RunningTable(SegmentTable):
         return format_html('<span class="mono">{}</span>', value)
 
     def render_lease_started_at(self, value):
-        return _moment(value)
+        return moment(value)
 
     def render_lease_age_s(self, value):
-        return _seconds(value)
+        return duration(value)
 
     def render_lease_deadline(self, value):
-        return _moment(value)
+        return moment(value)
 
 
 class FinishedTable(SegmentTable):
@@ -335,20 +346,19 @@ class FinishedTable(SegmentTable):
     error_class = tables.Column(verbose_name="Error", orderable=False)
 
     def render_finished_at(self, value):
-        return _moment(value)
+        return moment(value)
 
     def render_duration_s(self, value):
-        return _seconds(value)
+        return duration(value)
 
-    def render_error_class(self, value):
-        return format_html('<span class="mono">{}</span>', value)
+    def render_error_class(self, value, record):
+        if not record.error_line:
+            return format_html('<span class="mono">{}</span>', value)
+        return format_html('<span class="mono">{}</span> <span class="error-line">{}</span>', value, record.error_line)
 
 
 class UnreadableTable(tables.Table):
-    select = tables.CheckBoxColumn(
-        accessor="id",
-        attrs={"td__input": {"name": "ids", "form": "selection"}, "th__input": {"aria-label": "Select all"}},
-    )
+    select = select_column()
     id = tables.Column(verbose_name="Id", orderable=False)
     preview = tables.Column(verbose_name="Raw payload (preview)", orderable=False)
     read_error = tables.Column(verbose_name="Read error", orderable=False)

@@ -100,9 +100,22 @@ def task_list(request, backend: str, queue: str, segment: api.Segment):
     if segment is api.Segment.RUNNING and request.htmx and request.htmx.trigger == "running-progress":
         # The running page's poll: the rows' progress cells alone, swapped in place by id.
         return render(request, "inspector/task_list.html#progress-cells", context)
+    if segment is api.Segment.FAILED and not request.htmx:
+        context["error_classes"] = _error_classes(backend, queue, where)
     if segment is api.Segment.RUNNING and context["can_change"] and not request.htmx:
         context["orphaned"] = len(api.controls.orphaned(backend, queue))
     return render(request, _partial(request, "inspector/task_list.html", "tasks-table"), context)
+
+
+#: Newest failed tasks whose error classes the error-class filter offers: a bounded read, one round trip.
+ERROR_CLASS_SAMPLE = 200
+
+
+def _error_classes(alias: str, queue_name: str, where: api.Filter) -> list[str]:
+    """Return the error classes of the newest failed tasks, and the one filtered by, for the filter to offer."""
+    found = api.page(alias, queue_name, api.Segment.FAILED, 0, ERROR_CLASS_SAMPLE)
+    classes = {item.errors[-1].exception_class_path for item in found.items if getattr(item, "errors", None)}
+    return sorted(classes | ({where.error_class} if where.error_class else set()))
 
 
 def _lease(data, segment: api.Segment) -> str:

@@ -1,15 +1,19 @@
-"""Template helpers of the console: timestamps, pretty (escaped by the template) JSON, durations."""
+"""Template helpers of the console: timestamps (relative, with the exact value and zone), pretty (escaped by the template) JSON, durations."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+import time
+from datetime import UTC, datetime, timedelta
 
 from django import template
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from threadmill.backends.base import return_value_of
+
+from .inspector_tasks import human_seconds
 
 register = template.Library()
 
@@ -19,12 +23,44 @@ COLLAPSE_AFTER_CHARS = 2000
 MAX_VALUE_CHARS = 200_000
 
 
+def relative(delta_s: float) -> str:
+    """Say how far a moment lies from now, `delta_s` seconds ahead (negative: behind): "3 min ago", "in 12 s".
+
+    console.js counts the same way when it keeps these fresh on a live page.
+    """
+    span = abs(delta_s)
+    if span < 1:
+        return "now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if span >= size:
+            amount = f"{span // size:.0f} {unit}"
+            break
+    else:
+        amount = f"{span:.0f} s"
+    return f"in {amount}" if delta_s > 0 else f"{amount} ago"
+
+
 @register.filter
-def moment(value: datetime | None):
-    """Render an aware datetime as a <time> element, None as a dash."""
+def moment(value: datetime | None, where: str = ""):
+    """Render an aware datetime as a relative <time>, None as a dash; `moment:"link"` inside a link (no focus of its own)."""
+    return moment_html(value, focusable=where != "link")
+
+
+def moment_html(value: datetime | None, *, now: float | None = None, focusable: bool = True):
+    """Render an aware datetime as a <time> saying how long ago (or ahead) it is, its exact value and zone as title.
+
+    The zone is the site's `TIME_ZONE` (UTC unless set). A focusable element lets a keyboard
+    or a tap show the exact value too (console.css); None renders as a dash.
+    """
     if value is None:
         return "—"
-    return format_html('<time datetime="{}">{}</time>', value.isoformat(), value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3])
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    local = timezone.localtime(value)
+    exact = f"{local.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} {local.tzname()}"
+    ago = relative(value.timestamp() - (time.time() if now is None else now))
+    focus = mark_safe(' tabindex="0"') if focusable else ""
+    return format_html('<time datetime="{}" title="{}"{}>{}</time>', value.isoformat(), exact, focus, ago)
 
 
 @register.simple_tag
@@ -62,9 +98,8 @@ def pretty(value) -> dict:
     }
 
 
-@register.filter
-def seconds(value: float | None):
-    return "—" if value is None else f"{value:.0f} s" if value < 120 else f"{value / 60:.0f} min"
+#: Durations, latency, lease age and uptime in human units ("850 ms", "2.4 s", "3 min 05 s"), as the Tasks pages say them.
+duration = register.filter("duration", human_seconds)
 
 
 @register.filter

@@ -34,6 +34,42 @@
     }
   });
 
+  // A table wider than the screen scrolls in its own box: make that box reachable by keyboard.
+  function markScrollingTables() {
+    document.querySelectorAll("main table").forEach(function (table) {
+      if (table.scrollWidth > table.clientWidth + 1) {
+        table.setAttribute("tabindex", "0");
+      } else {
+        table.removeAttribute("tabindex");
+      }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", markScrollingTables);
+  document.addEventListener("htmx:afterSettle", markScrollingTables);
+  window.addEventListener("resize", markScrollingTables);
+
+  // Relative times ("3 min ago") stay true on a page that is not reloaded. They count as the
+  // server does (templatetags/inspector.py `relative`), on the server's clock as the page saw it.
+  var serverNow = Number(document.body.getAttribute("data-server-now")) * 1000;
+  var skewMs = serverNow ? serverNow - Date.now() : 0;
+  function relative(deltaS) {
+    var span = Math.abs(deltaS), amount;
+    if (span < 1) return "now";
+    if (span >= 86400) amount = Math.floor(span / 86400) + " d";
+    else if (span >= 3600) amount = Math.floor(span / 3600) + " h";
+    else if (span >= 60) amount = Math.floor(span / 60) + " min";
+    else amount = Math.round(span) + " s";
+    return deltaS > 0 ? "in " + amount : amount + " ago";
+  }
+  function refreshTimes() {
+    var now = Date.now() + skewMs;
+    document.querySelectorAll("time[datetime][title]").forEach(function (element) {
+      var at = Date.parse(element.getAttribute("datetime"));
+      if (!isNaN(at)) element.textContent = relative((at - now) / 1000);
+    });
+  }
+  window.setInterval(refreshTimes, 5000);
+
   // "Select all" checkbox in a task table's header.
   document.addEventListener("change", function (event) {
     var box = event.target;

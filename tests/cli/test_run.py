@@ -159,6 +159,7 @@ def test_run_prints_a_generated_password_once(tmp_path, redis_url):
     second.wait_for_url()
     assert second.stop() == 0
     assert not any("Created the staff user" in line for line in second.lines)
+    assert "staff user 'admin' exists; set a new password with `manage.py changepassword admin`" in second.lines
 
 
 def test_ctrl_c_names_the_task_it_waits_for_and_stops_everything_within_the_short_shutdown_timeout(

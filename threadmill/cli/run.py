@@ -186,9 +186,13 @@ def _create_first_staff_user(command: BaseCommand) -> None:
     from django.contrib.auth import get_user_model
 
     users = get_user_model()
-    if users.objects.filter(is_staff=True).exists():
-        return
     username = os.environ.get("THREADMILL_ADMIN_USER") or "admin"
+    staff = users.objects.filter(is_staff=True).order_by("pk")
+    if existing := (staff.filter(**{users.USERNAME_FIELD: username}).first() or staff.first()):
+        # The password was shown once, when the user was created: say how to get back in.
+        name = existing.get_username()
+        command.stdout.write(f"staff user {name!r} exists; set a new password with `manage.py changepassword {name}`")
+        return
     password = os.environ.get("THREADMILL_ADMIN_PASSWORD")
     users.objects.create_superuser(username, "", password or (generated := secrets.token_urlsafe(12)))
     if password:
