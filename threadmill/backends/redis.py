@@ -35,6 +35,7 @@ from ..outcome import ended_by
 from ..schedules import Schedule, parse_schedules
 from . import codec, layout
 from .aio import AsyncClients, send_task_enqueued
+from .enqueue_retry import aretrying, retrying
 from .base import (
     UNREADABLE_PAYLOAD_ERRORS,
     Segment,
@@ -108,6 +109,13 @@ def _call(index: int, call: Any) -> tuple[Any, Any]:
     if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence) or not isinstance(kwargs, Mapping):
         raise TypeError(f"enqueue_many's calls[{index}] must be a (list, dict) pair, not {call!r}.")
     return args, kwargs
+
+
+def _naming(prepared: Sequence[PreparedTask]) -> str:
+    """Name the tasks of one enqueue call for a message: the id of one, the first id of several."""
+    if len(prepared) == 1:
+        return f"task {prepared[0].id}"
+    return f"{len(prepared)} tasks (the first {prepared[0].id})"
 
 
 def _abort_request(stored: bytes) -> dict[str, Any]:
@@ -234,7 +242,13 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         prepared = self._prepare(task, args, kwargs, time.time(), partition, trace)
         scripts = self.scripts_for(partition or 0)
         keys, script_args = scripts.enqueue_call(task.queue_name, [prepared.entry], int(prepared.now // 60))
-        await self.aio.run(scripts.enqueue_script, keys, script_args)
+        stored, retries = await aretrying(
+            self.config.enqueue_retry,
+            _naming([prepared]),
+            lambda: self.aio.run(scripts.enqueue_script, keys, script_args),
+        )
+        if retries:
+            await sync_to_async(self._count_retries)(scripts.keys.totals(task.queue_name), retries, 1 - stored)
         result = self._new_result(task, prepared)
         await send_task_enqueued(type(self), result)
         return result
@@ -313,17 +327,39 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             self.check_layout()  # stamps the partitioned layout and this P before the first partitioned task
         entries = [p.entry for p in prepared]
         scripts = self.scripts_for(partition or 0)
-        scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
-        if self.config.wait_replicas:
-            # As WAITAOF's, the wait ends before the client would give the connection up as lost.
-            ids = [p.id for p in prepared]
-            wait_for_replicas(
-                scripts, scripts.keys.queues(), self.config.wait_replicas, self.config.socket_timeout / 2, ids
-            )
+        minute = int(prepared[0].now // 60)
+
+        def send() -> int:
+            stored = scripts.enqueue_many(task.queue_name, entries, minute, durable_within_s)
+            if self.config.wait_replicas:
+                # As WAITAOF's, the wait ends before the client would give the connection up as lost.
+                ids = [p.id for p in prepared]
+                translate_errors(wait_for_replicas)(
+                    scripts, scripts.keys.queues(), self.config.wait_replicas, self.config.socket_timeout / 2, ids
+                )
+            return stored
+
+        stored, retries = retrying(self.config.enqueue_retry, _naming(prepared), send)
+        if retries:
+            self._count_retries(scripts.keys.totals(task.queue_name), retries, len(entries) - stored)
         results = [self._new_result(task, p) for p in prepared]
         for result in results:
             task_enqueued.send(type(self), task_result=result)
         return results
+
+    def _count_retries(self, totals_key: str, retries: int, already_stored: int) -> None:
+        """Count a retried enqueue call in its queue's totals (for metrics); a failure to count is only logged."""
+        logger.info(
+            "An enqueue call succeeded after %d retries (%d of its tasks were already stored).", retries, already_stored
+        )
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(totals_key, "enqueue_retries", retries)
+            if already_stored:
+                pipe.hincrby(totals_key, "already_stored", already_stored)
+            pipe.execute()
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
+            logger.warning("Counting an enqueue call's %d retries failed: %s", retries, e)
 
     def _new_result(self, task, prepared: PreparedTask) -> ThreadmillTaskResult:
         return ThreadmillTaskResult(
