@@ -7,6 +7,7 @@ compared with what the calls returned.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 import time
 from collections import Counter
@@ -18,8 +19,10 @@ import redis
 from django.tasks.signals import task_enqueued
 
 from tests import tasks
+from tests.cluster import ValkeyCluster
 from tests.faults.conftest import FaultServer, fault_backend, wait_for
 from tests.faults.proxy import Proxy
+from tests.faults.test_failover import ALIAS_KEY, is_primary, replica_of
 from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.exceptions import ServerUnreachable
@@ -51,6 +54,8 @@ class Load:
         self.returned: list[str] = []
         #: (seconds the call took, the error) of each call that raised.
         self.raised: list[tuple[float, Exception]] = []
+        #: Seconds the longest call that returned took: the outage as a caller saw it.
+        self.longest_s = 0.0
         self.threads = [
             threading.Thread(target=self._loop, args=(self._single,), name="single-1"),
             threading.Thread(target=self._loop, args=(self._single,), name="single-2"),
@@ -82,7 +87,7 @@ class Load:
             except ServerUnreachable as e:
                 self._record([], time.monotonic() - began, e)
             else:
-                self._record(ids, 0, None)
+                self._record(ids, time.monotonic() - began, None)
 
     async def _async_loop(self) -> None:
         while not self.stopping.is_set():
@@ -92,27 +97,29 @@ class Load:
             except ServerUnreachable as e:
                 self._record([], time.monotonic() - began, e)
             else:
-                self._record([result.id], 0, None)
+                self._record([result.id], time.monotonic() - began, None)
 
     def _record(self, ids: list[str], took_s: float, error: Exception | None) -> None:
         with self.lock:
             self.returned += ids
             if error is not None:
                 self.raised.append((took_s, error))
+            else:
+                self.longest_s = max(self.longest_s, took_s)
 
     def count(self) -> int:
         with self.lock:
             return len(self.returned)
 
 
-def stored_ids(backend: RedisTaskBackend) -> list[str]:
-    """Every task id the server holds in the default queue's ready segment."""
-    client = redis.Redis.from_url(backend.redis_url)
+def stored_ids(backend: RedisTaskBackend, url: str = "") -> list[str]:
+    """Every task id the server (at `url`, else the backend's) holds in the default queue's ready segment."""
+    client = redis.Redis.from_url(url or backend.redis_url)
     return [member.decode() for member in client.zrange(backend.keys.segment("default", Segment.READY), 0, -1)]
 
 
-def task_hashes(backend: RedisTaskBackend) -> int:
-    client = redis.Redis.from_url(backend.redis_url)
+def task_hashes(backend: RedisTaskBackend, url: str = "") -> int:
+    client = redis.Redis.from_url(url or backend.redis_url)
     return sum(1 for _ in client.scan_iter(match=backend.keys.task_prefix() + "*", count=1000))
 
 
@@ -129,6 +136,7 @@ def test_enqueue_rides_out_a_kill_and_restart_without_raising_or_storing_twice(m
             wait_for(enqueued_more_than(load, load.count() + 50), lambda: "the load enqueues", 10)
             server.kill9_and_restart()
         wait_for(enqueued_more_than(load, load.count() + 50), lambda: "the load enqueues after the restart", 10)
+    print(f"\nkill -9 and restart: {len(load.returned)} tasks, the longest call {load.longest_s:.2f} s")
     assert load.raised == []
     stored = stored_ids(backend)
     assert Counter(stored) == Counter(load.returned)
@@ -217,3 +225,45 @@ def test_enqueue_retry_0_raises_at_the_first_failure_as_before(proxy):
     with pytest.raises(ServerUnreachable, match=r"^Cannot reach the Redis server: "):
         backend.enqueue(tasks.echo, [1], {})
     assert task_hashes(backend) == 2
+
+
+@pytest.fixture
+def failover_cluster() -> Iterator[ValkeyCluster]:
+    """A replicated cluster of this test's own, node timeout 1 s: the test kills one of its primaries."""
+    cluster = ValkeyCluster(replicas_per_primary=1, node_timeout_ms=1000).start()
+    yield cluster
+    cluster.stop()
+    for node in cluster.nodes:
+        shutil.rmtree(node.data_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_enqueue_rides_out_a_cluster_failover_without_raising_or_storing_twice(failover_cluster, enqueued_signals):
+    backend = RedisTaskBackend(
+        "default", {"REDIS_URL": failover_cluster.url, "CLUSTER": True, "OPTIONS": {"socket_timeout": 1}}
+    )
+    primary = failover_cluster.node_for(ALIAS_KEY)
+    replica = replica_of(failover_cluster, primary)
+    with Load(backend) as load:
+        wait_for(enqueued_more_than(load, 50), lambda: "the load enqueues", 10)
+        primary.process.kill()  # SIGKILL: the cluster's own failure detection promotes the replica
+        primary.process.wait()
+        killed = time.monotonic()
+        wait_for(lambda: is_primary(replica), lambda: f"the replica on port {replica.port} is promoted", 15)
+        promoted = time.monotonic()
+        wait_for(enqueued_more_than(load, load.count() + 50), lambda: "the load enqueues after the failover", 10)
+    stored = stored_ids(backend, replica.url)
+    # Asynchronous replication: a write the primary answered just before the kill may not have
+    # reached its replica (wait_replicas closes that gap, but leaves no replica to confirm after).
+    missing = set(load.returned) - set(stored)
+    print(
+        f"\nfailover: promoted {promoted - killed:.1f} s after the kill; {len(load.returned)} tasks, "
+        f"the longest call {load.longest_s:.2f} s, {len(missing)} lost by asynchronous replication"
+    )
+    assert load.raised == []
+    assert sorted(set(stored)) == sorted(stored) and set(stored) <= set(load.returned)
+    assert task_hashes(backend, replica.url) == len(stored)
+    assert len(missing) <= 4 * BULK
+    assert set(enqueued_signals) == set(load.returned)
+    assert set(enqueued_signals.values()) == {1}
+    assert backend.totals()["default"]["enqueue_retries"] > 0

@@ -64,8 +64,8 @@ class EnqueueAttempts:
         self.started = time.monotonic()
         self.retries = 0
 
-    def next_pause(self, error: BackendConnectionError) -> float:
-        """Return how long to wait before the next attempt after `error`, or raise when there is none."""
+    def pause_after(self, error: BackendConnectionError) -> float:
+        """Count the attempt `error` failed and return the pause before the next; raise when there is none."""
         if not self.budget_s or not is_transient(error):
             raise error
         tried_s = time.monotonic() - self.started
@@ -87,7 +87,7 @@ def retrying(budget_s: float, what: str, send: Callable[[], T]) -> tuple[T, int]
         try:
             return send(), attempts.retries
         except BackendConnectionError as e:
-            time.sleep(attempts.next_pause(e))
+            time.sleep(attempts.pause_after(e))
 
 
 async def aretrying(budget_s: float, what: str, send: Callable[[], Awaitable[T]]) -> tuple[T, int]:
@@ -97,4 +97,4 @@ async def aretrying(budget_s: float, what: str, send: Callable[[], Awaitable[T]]
         try:
             return await send(), attempts.retries
         except BackendConnectionError as e:
-            await asyncio.sleep(attempts.next_pause(e))
+            await asyncio.sleep(attempts.pause_after(e))
