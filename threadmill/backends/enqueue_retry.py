@@ -16,8 +16,8 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import redis
 
@@ -53,15 +53,22 @@ def pause_before(retry: int, left_s: float, jitter: float) -> float:
     return max(0.0, min(pause, left_s))
 
 
+def naming(entries: Sequence[Sequence[Any]]) -> str:
+    """Name the tasks of one enqueue call (entries whose first item is a task id) for a message."""
+    if len(entries) == 1:
+        return f"task {entries[0][0]}"
+    return f"{len(entries)} tasks (the first {entries[0][0]})"
+
+
 class EnqueueAttempts:
-    """The attempts of one enqueue call: when it began, how many retries, and when to give up."""
+    """The attempts of one enqueue call that failed once: when it began, how many retries, when to give up."""
 
-    __slots__ = ("budget_s", "retries", "started", "what")
+    __slots__ = ("budget_s", "entries", "retries", "started")
 
-    def __init__(self, budget_s: float, what: str) -> None:
+    def __init__(self, budget_s: float, entries: Sequence[Sequence[Any]], started: float) -> None:
         self.budget_s = budget_s
-        self.what = what
-        self.started = time.monotonic()
+        self.entries = entries
+        self.started = started
         self.retries = 0
 
     def pause_after(self, error: BackendConnectionError) -> float:
@@ -72,29 +79,49 @@ class EnqueueAttempts:
         left_s = self.budget_s - tried_s
         if left_s <= 0:
             raise ServerUnreachable(
-                f"The enqueue of {self.what} gave up after trying for {tried_s:.1f} s "
+                f"The enqueue of {naming(self.entries)} gave up after trying for {tried_s:.1f} s "
                 f"({self.retries + 1} attempts; enqueue_retry is {self.budget_s:g} s): {error}"
             ) from error
         self.retries += 1
-        logger.debug("Enqueue of %s failed (%s); retry %d.", self.what, error, self.retries)
+        logger.debug("Enqueue of %s failed (%s); retry %d.", naming(self.entries), error, self.retries)
         return pause_before(self.retries, left_s, random.random())
 
 
-def retrying(budget_s: float, what: str, send: Callable[[], T]) -> tuple[T, int]:
-    """Call `send` until it succeeds or `budget_s` seconds have passed; return its reply and the retries made."""
-    attempts = EnqueueAttempts(budget_s, what)
+# The first attempt is outside the loop, so a call that succeeds at once pays one clock read.
+
+
+def retrying(budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[], T]) -> tuple[T, int]:
+    """Call `send` until it succeeds or `budget_s` seconds have passed; return its reply and the retries made.
+
+    `entries` are what the call enqueues, each a sequence whose first item is a task id (named on failure).
+    """
+    started = time.monotonic()
+    try:
+        return send(), 0
+    except BackendConnectionError as e:
+        attempts = EnqueueAttempts(budget_s, entries, started)
+        pause = attempts.pause_after(e)
     while True:
+        time.sleep(pause)
         try:
             return send(), attempts.retries
         except BackendConnectionError as e:
-            time.sleep(attempts.pause_after(e))
+            pause = attempts.pause_after(e)
 
 
-async def aretrying(budget_s: float, what: str, send: Callable[[], Awaitable[T]]) -> tuple[T, int]:
+async def aretrying(
+    budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[], Awaitable[T]]
+) -> tuple[T, int]:
     """`retrying` for a coroutine: the pauses are the event loop's, not a blocked thread's."""
-    attempts = EnqueueAttempts(budget_s, what)
+    started = time.monotonic()
+    try:
+        return await send(), 0
+    except BackendConnectionError as e:
+        attempts = EnqueueAttempts(budget_s, entries, started)
+        pause = attempts.pause_after(e)
     while True:
+        await asyncio.sleep(pause)
         try:
             return await send(), attempts.retries
         except BackendConnectionError as e:
-            await asyncio.sleep(attempts.pause_after(e))
+            pause = attempts.pause_after(e)

@@ -111,13 +111,6 @@ def _call(index: int, call: Any) -> tuple[Any, Any]:
     return args, kwargs
 
 
-def _naming(prepared: Sequence[PreparedTask]) -> str:
-    """Name the tasks of one enqueue call for a message: the id of one, the first id of several."""
-    if len(prepared) == 1:
-        return f"task {prepared[0].id}"
-    return f"{len(prepared)} tasks (the first {prepared[0].id})"
-
-
 def _abort_request(stored: bytes) -> dict[str, Any]:
     """Read a stored abort request; one this code cannot read still asks to abort, by someone unnamed."""
     try:
@@ -243,9 +236,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         scripts = self.scripts_for(partition or 0)
         keys, script_args = scripts.enqueue_call(task.queue_name, [prepared.entry], int(prepared.now // 60))
         stored, retries = await aretrying(
-            self.config.enqueue_retry,
-            _naming([prepared]),
-            lambda: self.aio.run(scripts.enqueue_script, keys, script_args),
+            self.config.enqueue_retry, (prepared,), lambda: self.aio.run(scripts.enqueue_script, keys, script_args)
         )
         if retries:
             await sync_to_async(self._count_retries)(scripts.keys.totals(task.queue_name), retries, 1 - stored)
@@ -339,7 +330,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 )
             return stored
 
-        stored, retries = retrying(self.config.enqueue_retry, _naming(prepared), send)
+        stored, retries = retrying(self.config.enqueue_retry, entries, send)
         if retries:
             self._count_retries(scripts.keys.totals(task.queue_name), retries, len(entries) - stored)
         results = [self._new_result(task, p) for p in prepared]
