@@ -267,3 +267,24 @@ def test_enqueue_rides_out_a_cluster_failover_without_raising_or_storing_twice(f
     assert set(enqueued_signals) == set(load.returned)
     assert set(enqueued_signals.values()) == {1}
     assert backend.totals()["default"]["enqueue_retries"] > 0
+
+
+def test_enqueue_waits_through_readonly_until_its_replica_server_is_promoted(make_fault_server):
+    # A failover without a cluster (Sentinel, an operator): the address enqueues go to still
+    # names a replica, which answers READONLY until it is made the primary.
+    primary, replica = make_fault_server(), make_fault_server()
+    control = redis.Redis.from_url(replica.url)
+    control.replicaof("127.0.0.1", primary.valkey.port)
+    backend = fault_backend(replica, socket_timeout=1)
+    stored = {}
+    enqueuing = threading.Thread(target=lambda: stored.update(result=backend.enqueue(tasks.echo, [1], {})))
+    enqueuing.start()
+    wait_for(
+        lambda: control.info("errorstats").get("errorstat_READONLY", {}).get("count", 0) > 0,
+        lambda: "the replica refuses the enqueue with READONLY",
+        5,
+    )
+    control.replicaof("NO", "ONE")
+    enqueuing.join(10)
+    assert stored["result"].id in stored_ids(backend)
+    assert backend.totals()["default"]["enqueue_retries"] >= 1

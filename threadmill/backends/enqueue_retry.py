@@ -7,7 +7,7 @@ which counts as success. So a call that failed on an error saying the server can
 now (`is_transient`) is sent again after a short pause, until it succeeds or `enqueue_retry`
 seconds have passed since its first attempt; then `ServerUnreachable` names how long it tried.
 
-The first attempt costs nothing extra: the retry path is entered only on an exception.
+A call that succeeds at once pays one clock read: the rest is entered only on an exception.
 """
 
 from __future__ import annotations
@@ -85,9 +85,6 @@ class EnqueueAttempts:
         self.retries += 1
         logger.debug("Enqueue of %s failed (%s); retry %d.", naming(self.entries), error, self.retries)
         return pause_before(self.retries, left_s, random.random())
-
-
-# The first attempt is outside the loop, so a call that succeeds at once pays one clock read.
 
 
 def retrying(budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[], T]) -> tuple[T, int]:

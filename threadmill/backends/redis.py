@@ -35,7 +35,6 @@ from ..outcome import ended_by
 from ..schedules import Schedule, parse_schedules
 from . import codec, layout
 from .aio import AsyncClients, send_task_enqueued
-from .enqueue_retry import aretrying, retrying
 from .base import (
     UNREADABLE_PAYLOAD_ERRORS,
     Segment,
@@ -45,6 +44,7 @@ from .base import (
 )
 from .channel import TelemetrySubscription, publish
 from .cluster import ClusterScripts
+from .enqueue_retry import aretrying, retrying
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .limits import UNLIMITED, Acquired, encode
 from .options import parse_options
