@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -104,30 +105,45 @@ def test_a_call_after_the_slot_moved_follows_moved_to_the_new_owner(cluster, bac
     assert [r.id for r in backend.acquire("default", worker="w:1")] == [result.id]
 
 
+def _refused_with_tryagain(node) -> int:
+    with redis.Redis(port=node.port) as client:
+        return client.info("errorstats").get("errorstat_TRYAGAIN", {}).get("count", 0)
+
+
 def test_while_the_slot_migrates_a_read_follows_ask_and_a_multi_key_write_waits_for_the_end(
     cluster, backend, slot_back_home
 ):
     assert backend.scripts.promote("default", 10) == (0, None)
     target = next(node for node in cluster.server.primary_nodes if node is not slot_back_home)
+    once = RedisTaskBackend("default", cluster.params(QUEUES=["default"], OPTIONS={"enqueue_retry": 0}))
     seen = {}
+    riding = threading.Thread(target=lambda: seen.update(ridden=backend.enqueue(echo, ["in the window"], {})))
 
     def in_the_migration_window():
         # The source lacks the key, so it answers ASK; the importing target serves a one-key script.
         seen["scan"] = backend.scripts.scan("default", Segment.READY, (b"", b""), 10, False)
         # The target refuses a script over several keys it does not all hold yet (TRYAGAIN).
         with pytest.raises(ServerUnreachable) as caught:
-            backend.enqueue(echo, ["too early"], {})
+            once.enqueue(echo, ["too early"], {})
         seen["enqueue"] = str(caught.value)
+        # With enqueue_retry a call refused so goes again until the slot has moved.
+        refused = _refused_with_tryagain(target)
+        riding.start()
+        deadline = time.monotonic() + 5
+        while _refused_with_tryagain(target) == refused:
+            assert time.monotonic() < deadline, "the enqueue made in the window was never refused"
+            time.sleep(0.01)
 
     cluster.server.move_slot(TAGGED, target, during=in_the_migration_window)
     result = backend.enqueue(echo, ["after"], {})
+    riding.join(10)
 
-    assert seen == {
-        "scan": [],
-        "enqueue": "Cannot reach the Redis server: Multiple keys request during rehashing of slot",
-    }
+    assert seen.pop("enqueue") == "Cannot reach the Redis server: Multiple keys request during rehashing of slot"
+    assert seen.pop("scan") == []
     with redis.Redis(port=target.port) as client:
-        assert client.hget(f"threadmill:{{default}}:task:{result.id}", "segment") == b"ready"
+        for stored in (result, seen["ridden"]):
+            assert client.hget(f"threadmill:{{default}}:task:{stored.id}", "segment") == b"ready"
+    assert backend.totals()["default"]["enqueue_retries"] >= 1
     with redis.Redis(port=slot_back_home.port) as client:
         assert client.dbsize() == 0
 

@@ -30,6 +30,7 @@ def test_history_counts_enqueued_finished_and_failed_tasks_per_minute(backend):
     # The last two minutes: the minute may turn during the test.
     assert (sum(history["enqueued"][-2:]), sum(history["finished"][-2:]), sum(history["failed"][-2:])) == (4, 4, 1)
     limits = {"cancelled": 0, "abort_requested": 0, "aborted": 0, "timed_out": 0}
+    limits |= {"enqueue_retries": 0, "already_stored": 0}
     assert backend.totals()["default"] == {"enqueued": 4, "finished": 4, "failed": 1, **limits}
 
 

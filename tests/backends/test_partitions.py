@@ -347,6 +347,7 @@ def test_counts_totals_and_history_sum_over_partitions(where):
     stats = backend.queue_stats()["default"]
     assert (stats[Segment.RUNNING], stats[Segment.SUCCESSFUL]) == (3, 4)
     limits = {"cancelled": 0, "abort_requested": 0, "aborted": 0, "timed_out": 0}
+    limits |= {"enqueue_retries": 0, "already_stored": 0}
     assert backend.totals()["default"] == {"enqueued": 7, "finished": 4, "failed": 0, **limits}
     history = backend.history("default", minutes=2)
     assert (sum(history["enqueued"]), sum(history["finished"])) == (7, 4)

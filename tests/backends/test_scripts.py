@@ -33,6 +33,20 @@ def test_enqueue_writes_the_hash_the_segment_the_queue_set_and_a_counter(scripts
     assert 0 < raw.ttl(Q + "ingress:42")
 
 
+def test_enqueue_leaves_a_task_already_stored_as_it_is_and_counts_only_the_new_ones(scripts, raw):
+    # A retried call whose first reply was lost: its task may have been leased since.
+    scripts.enqueue("id-1", '{"x":1}', "default", Segment.READY, "100", "100", 42)
+    scripts.acquire(["default"], 1, "w", 30, "tok")
+    entries = [("id-1", '{"x":1}', Segment.READY, "100", "100"), ("id-2", "{}", Segment.READY, "200", "200")]
+    assert scripts.enqueue_many("default", entries, 42) == 1
+    assert raw.hget(T + "id-1", "segment") == b"running"
+    assert raw.zrange(Q + "ready", 0, -1) == [b"id-2"]
+    assert raw.get(Q + "ingress:42") == b"2"
+    assert raw.hget(Q + "totals", "enqueued") == b"2"
+    assert scripts.enqueue_many("default", entries, 42) == 0
+    assert raw.hget(Q + "totals", "enqueued") == b"2"
+
+
 def test_acquire_moves_ids_to_running_with_a_deadline_from_the_server_clock(scripts, raw):
     for i in range(3):
         scripts.enqueue(f"id-{i}", "{}", "default", Segment.READY, str(i), str(i), 1)

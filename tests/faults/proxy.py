@@ -9,6 +9,8 @@ Faults it makes, each on the connections passing through it:
   delivered, as TCP retransmits after a short partition heals. So a command whose client
   gave up on it may still reach the server late.
 - `latency(seconds)`: every chunk waits that long before it is forwarded, each way, in order.
+- `lose_replies(count)`: the next `count` replies from the server are dropped, each link that
+  carried one closed with a reset instead: the command ran, its caller never hears so.
 - `normal()`: ends a stall and the added latency.
 
 The proxy runs an asyncio event loop on a thread of its own; each control returns once the
@@ -70,6 +72,7 @@ class Proxy:
         self._flowing: asyncio.Event | None = None
         self._stall_end: asyncio.TimerHandle | None = None
         self._delay_s = 0.0
+        self._replies_to_lose = 0
 
     @property
     def url(self) -> str:
@@ -110,6 +113,10 @@ class Proxy:
     def latency(self, seconds: float) -> None:
         """Delay every chunk by `seconds` before forwarding it, each way; 0 for none."""
         self._call(self._set_delay(seconds))
+
+    def lose_replies(self, count: int = 1) -> None:
+        """Drop the next `count` chunks the server sends, resetting the link each came on."""
+        self._call(self._set_replies_to_lose(count))
 
     def normal(self) -> None:
         """End a stall and the added latency."""
@@ -158,7 +165,11 @@ class Proxy:
     async def _set_delay(self, seconds: float) -> None:
         self._delay_s = max(0.0, seconds)
 
+    async def _set_replies_to_lose(self, count: int) -> None:
+        self._replies_to_lose = count
+
     async def _normal(self) -> None:
+        self._replies_to_lose = 0
         if self._stall_end is not None:
             self._stall_end.cancel()
             self._stall_end = None
@@ -202,6 +213,11 @@ class Proxy:
                     data = await reader.read(CHUNK_BYTES)
                 except OSError:
                     data = _EOF
+                if data and writer is link.client and self._replies_to_lose:
+                    self._replies_to_lose -= 1
+                    for w in link.writers():
+                        _abort_with_reset(w)
+                    break
                 queue.put_nowait((self._loop.time() + self._delay_s, data))
                 if data == _EOF:
                     break

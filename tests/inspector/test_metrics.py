@@ -99,3 +99,23 @@ def test_a_viewer_without_the_change_permission_may_scrape(client_as, viewer):
 
 def test_metrics_answer_only_get(operator_client):
     assert operator_client.post("/threadmill/metrics").status_code in (403, 405)
+
+
+def test_the_metrics_count_enqueue_retries_and_tasks_a_lost_reply_had_stored(operator_client, settings, redis_url):
+    from urllib.parse import urlsplit
+
+    from django.tasks import task_backends
+
+    from tests.faults.proxy import Proxy
+    from tests.tasks import add
+
+    with Proxy(urlsplit(redis_url).port) as proxy:
+        settings.TASKS = {"default": {**settings.TASKS["default"], "REDIS_URL": proxy.url}}
+        task_backends["default"].enqueue(add, [0, 0], {})  # connects before the fault
+        proxy.lose_replies(1)
+        add.enqueue(1, 2)
+        found = samples(operator_client.get("/threadmill/metrics").content)
+    default = labels(backend="default", queue="default")
+    assert found["threadmill_enqueue_retries_total", default] == 1
+    assert found["threadmill_tasks_already_stored_total", default] == 1
+    assert found["threadmill_tasks_enqueued_total", default] == 2

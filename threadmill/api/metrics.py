@@ -29,6 +29,11 @@ COUNTED = {
     "abort_requested": "Running tasks asked to abort",
     "aborted": "Runs ended by an abort (TaskCancelled)",
     "timed_out": "Runs that passed their time limit (TaskTimeout), retried or failed",
+    "already_stored": "Tasks a retried enqueue found stored already (the reply to an earlier attempt was lost)",
+}
+#: Counters of a queue's totals that count something other than tasks: name, what it counts.
+COUNTED_CALLS = {
+    "enqueue_retries": "Enqueue calls sent again after a transient error (a restart, an outage, a failover)",
 }
 
 
@@ -52,6 +57,12 @@ class ThreadmillCollector:
                 f"threadmill_tasks_{name}", f"{what} since the queue was first used.", labels=["backend", "queue"]
             )
             for name, what in COUNTED.items()
+        }
+        counters |= {
+            name: CounterMetricFamily(
+                f"threadmill_{name}", f"{what} since the queue was first used.", labels=["backend", "queue"]
+            )
+            for name, what in COUNTED_CALLS.items()
         }
         alive = GaugeMetricFamily(
             "threadmill_workers_alive", "Worker processes with a current heartbeat.", labels=["backend"]

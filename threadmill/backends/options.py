@@ -31,6 +31,8 @@ DEFAULT_SOCKET_TIMEOUT_S = 5.0
 DEFAULT_TIMEOUT_GRACE_S = 10.0
 #: Default time an aborted task has to end by itself before TaskCancelled is raised in it, seconds.
 DEFAULT_ABORT_GRACE_S = 10.0
+#: Default longest an enqueue call keeps trying through transient errors, seconds (see `enqueue_retry`).
+DEFAULT_ENQUEUE_RETRY_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,8 @@ class BackendOptions:
     abort_grace: float = DEFAULT_ABORT_GRACE_S
     #: Queue name -> its concurrency and rate limits (`threadmill.backends.limits`); runtime values win.
     limits: Mapping[str, QueueLimit] = field(default_factory=dict)
+    #: Longest an enqueue keeps trying through a restart or failover, seconds; 0 tries once.
+    enqueue_retry: float = DEFAULT_ENQUEUE_RETRY_S
 
     @property
     def heartbeat_settle(self) -> float:
@@ -69,6 +73,8 @@ class BackendOptions:
 _FLAGS = {"fsync_enqueue"}
 #: Options that are a count, zero allowed.
 _COUNTS = {"wait_replicas"}
+#: Durations where zero is allowed (it turns the behaviour off).
+_ZERO_ALLOWED = {"enqueue_retry"}
 #: Most partitions an alias can have: a task id carries its partition in one byte.
 MAX_PARTITIONS = 256
 
@@ -79,6 +85,17 @@ def _positive_number(alias: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ImproperlyConfigured(
             f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a positive number of seconds or a timedelta, not {value!r}."
+        )
+    return float(value)
+
+
+def _seconds_or_zero(alias: str, name: str, value: Any) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be 0 or a positive number of seconds or a timedelta, "
+            f"not {value!r}."
         )
     return float(value)
 
@@ -124,6 +141,9 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
             continue
         if name in _COUNTS:
             parsed[name] = _count(alias, name, value)
+            continue
+        if name in _ZERO_ALLOWED:
+            parsed[name] = _seconds_or_zero(alias, name, value)
             continue
         number = _positive_number(alias, name, value)
         if name == "batch_size":

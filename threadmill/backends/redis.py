@@ -45,6 +45,7 @@ from .base import (
 )
 from .channel import TelemetrySubscription, publish
 from .cluster import ClusterScripts
+from .enqueue_retry import aretrying, retrying
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .limits import UNLIMITED, Acquired, encode
 from .options import parse_options
@@ -235,7 +236,11 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         prepared = self._prepare(task, args, kwargs, time.time(), partition, trace)
         scripts = self.scripts_for(partition or 0)
         keys, script_args = scripts.enqueue_call(task.queue_name, [prepared.entry], int(prepared.now // 60))
-        await self.aio.run(scripts.enqueue_script, keys, script_args)
+        stored, retries = await aretrying(
+            self.config.enqueue_retry, (prepared,), lambda: self.aio.run(scripts.enqueue_script, keys, script_args)
+        )
+        if retries:
+            await sync_to_async(self._count_retries)(scripts.keys.totals(task.queue_name), retries, 1 - stored)
         result = self._new_result(task, prepared)
         await send_task_enqueued(type(self), result)
         return result
@@ -314,17 +319,39 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             self.check_layout()  # stamps the partitioned layout and this P before the first partitioned task
         entries = [p.entry for p in prepared]
         scripts = self.scripts_for(partition or 0)
-        scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
-        if self.config.wait_replicas:
-            # As WAITAOF's, the wait ends before the client would give the connection up as lost.
-            ids = [p.id for p in prepared]
-            wait_for_replicas(
-                scripts, scripts.keys.queues(), self.config.wait_replicas, self.config.socket_timeout / 2, ids
-            )
+        minute = int(prepared[0].now // 60)
+
+        def send() -> int:
+            stored = scripts.enqueue_many(task.queue_name, entries, minute, durable_within_s)
+            if self.config.wait_replicas:
+                # As WAITAOF's, the wait ends before the client would give the connection up as lost.
+                ids = [p.id for p in prepared]
+                translate_errors(wait_for_replicas)(
+                    scripts, scripts.keys.queues(), self.config.wait_replicas, self.config.socket_timeout / 2, ids
+                )
+            return stored
+
+        stored, retries = retrying(self.config.enqueue_retry, entries, send)
+        if retries:
+            self._count_retries(scripts.keys.totals(task.queue_name), retries, len(entries) - stored)
         results = [self._new_result(task, p) for p in prepared]
         for result in results:
             task_enqueued.send(type(self), task_result=result)
         return results
+
+    def _count_retries(self, totals_key: str, retries: int, already_stored: int) -> None:
+        """Count a retried enqueue call in its queue's totals (for metrics); a failure to count is only logged."""
+        logger.info(
+            "An enqueue call succeeded after %d retries (%d of its tasks were already stored).", retries, already_stored
+        )
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(totals_key, "enqueue_retries", retries)
+            if already_stored:
+                pipe.hincrby(totals_key, "already_stored", already_stored)
+            pipe.execute()
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
+            logger.warning("Counting an enqueue call's %d retries failed: %s", retries, e)
 
     def _new_result(self, task, prepared: PreparedTask) -> ThreadmillTaskResult:
         return ThreadmillTaskResult(

@@ -29,7 +29,10 @@
 -- ARGV[5i+6]  (string) task i's target segment name, "ready" or "deferred"
 -- ARGV[5i+7]  (number) task i's ready score, kept in the hash so a deferred task can be promoted
 -- ARGV[5i+8]  (number) task i's score in its target segment
--- Returns: the number of tasks stored (0 when a schedule's guard refused the run)
+-- A task whose hash exists already is left as it is and not counted: a retried call whose first
+-- reply was lost stored it then, and it may have moved on since (leased, even finished).
+-- Returns: the number of tasks stored now (0 when a schedule's guard refused the run); fewer than
+-- given means the rest were already stored
 local n = (#ARGV - 8) / 5
 local schedule, tick, timing = ARGV[4], ARGV[5], ARGV[6]
 if schedule ~= '' then
@@ -56,21 +59,28 @@ if schedule ~= '' then
     string.format('%d.%06d', time[1], time[2]))
 end
 local ready = false
+local stored = 0
 for i = 1, n do
   local a = 5 * i + 4
-  redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
-    'score', ARGV[a + 3])
-  redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
-  ready = ready or ARGV[a + 2] == 'ready'
+  -- Already stored (enqueue_retry): skipped whole.
+  if redis.call('EXISTS', KEYS[2 * i + 4]) == 0 then
+    stored = stored + 1
+    redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
+      'score', ARGV[a + 3])
+    redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
+    ready = ready or ARGV[a + 2] == 'ready'
+  end
 end
 redis.call('SADD', KEYS[1], ARGV[1])
-if redis.call('INCRBY', KEYS[2], n) == n then
+-- Written even when nothing was stored (INCRBY 0 is a write): WAITAOF and WAIT after a retry
+-- then wait for an offset past the first attempt's write, on the retry's own connection.
+if redis.call('INCRBY', KEYS[2], stored) == stored then
   redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
-redis.call('HINCRBY', KEYS[5], 'enqueued', n)
+redis.call('HINCRBY', KEYS[5], 'enqueued', stored)
 if ready and redis.call('LLEN', KEYS[3]) == 0 then
   redis.call('LPUSH', KEYS[3], '1')
 end
 local publish = ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH'
-redis.call(publish, ARGV[2], '{"type":"ingress","queue":' .. cjson.encode(ARGV[1]) .. ',"count":' .. n .. '}')
-return n
+redis.call(publish, ARGV[2], '{"type":"ingress","queue":' .. cjson.encode(ARGV[1]) .. ',"count":' .. stored .. '}')
+return stored

@@ -19,8 +19,13 @@ from .host import ToolingHost
 
 #: A queue's totals: enqueued, finished (any outcome) and failed; cancelled before they ran,
 #: abort requests (one a task), runs an abort ended and runs that passed their time limit
-#: (then retried or failed). Each is counted by the script that stores the outcome.
-TOTALS = ("enqueued", "finished", "failed", "cancelled", "abort_requested", "aborted", "timed_out")
+#: (then retried or failed). Each is counted by the script that stores the outcome. Last, enqueue
+#: calls sent again after a transient error (`enqueue_retry`) and the tasks such a retry found
+#: already stored, counted by the enqueuing process once the call succeeded.
+TOTALS = (
+    "enqueued", "finished", "failed", "cancelled", "abort_requested", "aborted", "timed_out",
+    "enqueue_retries", "already_stored",
+)  # fmt: skip
 
 
 class MetricsTooling(ToolingHost):
