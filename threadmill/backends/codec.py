@@ -240,6 +240,7 @@ def decode(
     worker_losses: int | None = None,
     progress: bytes | None = None,
     metadata: bytes | None = None,
+    unique_key: str = "",
 ) -> ThreadmillTaskResult:
     """Read a stored document as the task result of a task in `segment`, its lease and reports applied.
 
@@ -280,6 +281,7 @@ def decode(
         worker_losses=worker_losses,
         progress=progress_of(progress) if progress else None,
         metadata=metadata_of(metadata) if metadata else {},
+        unique_key=unique_key,
     )
     if segment is Segment.SUCCESSFUL:
         object.__setattr__(result, "_return_value", doc.get("return_value"))

@@ -8,6 +8,7 @@ state change is one Lua script; a payload this code cannot read is quarantined i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from ..exceptions import BackendConnectionError, ServerUnreachable, TaskCancelle
 from ..identity import this_process_name
 from ..outcome import ended_by
 from ..schedules import Schedule, parse_schedules
+from ..unique import UniqueSpec, spec_for
 from . import codec, layout
 from .aio import AsyncClients, send_task_enqueued
 from .base import (
@@ -48,7 +50,14 @@ from .options import parse_options
 from .partitions import by_partition
 from .replication import wait_for_replicas
 from .routing import PartitionRouting
-from .scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT, UNREACHABLE_ERRORS, RedisScripts, translate_errors
+from .scripts import (
+    ENDED_BY_ABORT,
+    ENDED_BY_TIME_LIMIT,
+    UNREACHABLE_ERRORS,
+    EnqueueReply,
+    RedisScripts,
+    translate_errors,
+)
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
@@ -78,6 +87,10 @@ class PreparedTask(NamedTuple):
     args: Any
     kwargs: Any
     now: float
+    #: Its uniqueness, None for a task that is not unique.
+    unique: UniqueSpec | None = None
+    #: The partition it is written to, None with one partition.
+    partition: int | None = None
 
     @property
     def entry(self) -> tuple[str, str, Segment, str, str]:
@@ -104,6 +117,16 @@ def _call(index: int, call: Any) -> tuple[Any, Any]:
     if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence) or not isinstance(kwargs, Mapping):
         raise TypeError(f"enqueue_many's calls[{index}] must be a (list, dict) pair, not {call!r}.")
     return args, kwargs
+
+
+def by_partition_of(batch: list[PreparedTask]) -> list[tuple[list[int], list[PreparedTask]]]:
+    """Split one batch into the tasks of each partition it writes to, with their indices in the batch."""
+    groups: dict[int | None, tuple[list[int], list[PreparedTask]]] = {}
+    for index, prepared in enumerate(batch):
+        indices, tasks = groups.setdefault(prepared.partition, ([], []))
+        indices.append(index)
+        tasks.append(prepared)
+    return list(groups.values())
 
 
 def _abort_request(stored: bytes) -> dict[str, Any]:
@@ -191,8 +214,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
-        partition = self.next_enqueue_partition()
-        return self._enqueue_prepared(task, [self._prepare(task, args, kwargs, time.time(), partition)], partition)[0]
+        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition())
+        return self._enqueue_prepared(task, [prepared], prepared.partition)[0]
 
     async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         """`enqueue` on the running event loop's own connection, without tying up a thread."""
@@ -200,13 +223,16 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             # WAITAOF and WAIT must follow the write on the same connection: the thread path keeps one per thread.
             return await super().aenqueue(task, args, kwargs)
         self.validate_task(task)
-        partition = self.next_enqueue_partition()
-        if partition is not None and not self._layout_checked:
+        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition())
+        if prepared.partition is not None and not self._layout_checked:
             await sync_to_async(self.check_layout)()
-        prepared = self._prepare(task, args, kwargs, time.time(), partition)
-        scripts = self.scripts_for(partition or 0)
-        keys, script_args = scripts.enqueue_call(task.queue_name, [prepared.entry], int(prepared.now // 60))
-        await self.aio.run(scripts.enqueue_script, keys, script_args)
+        scripts = self.scripts_for(prepared.partition or 0)
+        keys, script_args = scripts.enqueue_call(
+            task.queue_name, [prepared.entry], int(prepared.now // 60), unique=[prepared.unique]
+        )
+        reply = EnqueueReply.read(await self.aio.run(scripts.enqueue_script, keys, script_args))
+        if reply.holders:
+            return await sync_to_async(self._duplicate)(task, reply.holders[0], prepared)
         result = self._new_result(task, prepared)
         await send_task_enqueued(type(self), result)
         return result
@@ -228,7 +254,10 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         partition = None if self.partition_count == 1 else 0
         prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time(), partition)
         guard = (schedule.name, "" if tick is None else repr(tick.timestamp()), schedule.timing, str(int(first_offer)))
-        if not self.scripts.enqueue_many(task.queue_name, [prepared.entry], int(prepared.now // 60), schedule=guard):
+        reply = self.scripts.enqueue_many(
+            task.queue_name, [prepared.entry], int(prepared.now // 60), schedule=guard, unique=[prepared.unique]
+        )
+        if not reply.stored:
             return None
         result = self._new_result(task, prepared)
         task_enqueued.send(type(self), task_result=result)
@@ -241,7 +270,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
         Every call's arguments are checked and encoded before anything is written, so bad
         arguments for one fail the whole call. Returns the results in the order of `calls`
-        and sends `task_enqueued` for each. With partitions, each script call writes to one.
+        and sends `task_enqueued` for each stored one (a unique task's duplicate is returned
+        as its holder, `duplicate` set). With partitions, each script call writes to one.
         """
         self.validate_task(task)
         now = time.time()
@@ -250,14 +280,19 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         for start in range(0, len(calls), ENQUEUE_BATCH):
             partition = self.next_enqueue_partition()
             batch = [self._prepare(task, *call, now, partition) for call in calls[start : start + ENQUEUE_BATCH]]
-            batches.append((batch, partition))
-        results: list[ThreadmillTaskResult] = []
-        for batch, partition in batches:
-            results += self._enqueue_prepared(task, batch, partition)
+            batches += [([start + i for i in indices], group) for indices, group in by_partition_of(batch)]
+        results: list[ThreadmillTaskResult] = [None] * len(calls)  # type: ignore[list-item]
+        for indices, batch in batches:
+            for index, result in zip(indices, self._enqueue_prepared(task, batch, batch[0].partition), strict=True):
+                results[index] = result
         return results
 
     def _prepare(self, task, args, kwargs, now: float, partition: int | None = None) -> PreparedTask:
         args, kwargs = normalize_json(args), normalize_json(kwargs)
+        unique = spec_for(task, args, kwargs)
+        if unique is not None and partition is not None:
+            # Every enqueue of one key goes to one partition, whose keys hold it.
+            partition = int(unique.digest[:8], 16) % self.partition_count
         task_id = codec.new_task_id(partition)
         payload = codec.encode_new(task, task_id, args, kwargs, now)
         ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
@@ -265,7 +300,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
             segment, score = Segment.READY, ready_score
-        return PreparedTask(task_id, payload, segment, ready_score, score, args, kwargs, now)
+        return PreparedTask(task_id, payload, segment, ready_score, score, args, kwargs, now, unique, partition)
 
     def _enqueue_prepared(
         self, task, prepared: list[PreparedTask], partition: int | None = None
@@ -277,17 +312,31 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             self.check_layout()  # stamps the partitioned layout and this P before the first partitioned task
         entries = [p.entry for p in prepared]
         scripts = self.scripts_for(partition or 0)
-        scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s)
+        unique = [p.unique for p in prepared] if task.unique else ()
+        reply = scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s, unique=unique)
         if self.config.wait_replicas:
             # As WAITAOF's, the wait ends before the client would give the connection up as lost.
             ids = [p.id for p in prepared]
             wait_for_replicas(
                 scripts, scripts.keys.queues(), self.config.wait_replicas, self.config.socket_timeout / 2, ids
             )
-        results = [self._new_result(task, p) for p in prepared]
-        for result in results:
+        results = []
+        for index, p in enumerate(prepared):
+            if index in reply.holders:
+                results.append(self._duplicate(task, reply.holders[index], p))
+                continue
+            result = self._new_result(task, p)
             task_enqueued.send(type(self), task_result=result)
+            results.append(result)
         return results
+
+    def _duplicate(self, task, holder_id: str, prepared: PreparedTask) -> ThreadmillTaskResult:
+        """Return the stored task `holder_id`, which holds the uniqueness key `prepared` asked for, as a duplicate."""
+        try:
+            return dataclasses.replace(self.get_result(holder_id), duplicate=True)
+        except TaskResultDoesNotExist:
+            # Removed (purged, expired) between the script call and this read: it held the key at enqueue.
+            return dataclasses.replace(self._new_result(task, prepared._replace(id=holder_id)), duplicate=True)
 
     def _new_result(self, task, prepared: PreparedTask) -> ThreadmillTaskResult:
         return ThreadmillTaskResult(
@@ -304,6 +353,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             errors=[],
             worker_ids=[],
             segment=prepared.segment,
+            unique_key="" if prepared.unique is None else self.keys_for(prepared.partition or 0).unique(prepared.unique.digest),
         )
 
     @translate_errors
@@ -325,7 +375,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     def _stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult:
         # A result lives in the task hash; layout 1 kept it in a key of its own, read until it expires.
         data, _, segment, started_at, worker, lease_started, token, read_error, stored_result = fields[:9]
-        progress, metadata = fields[9:]
+        progress, metadata, unique_key = fields[9:]
         stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {result_id!r} is stored.")
@@ -343,6 +393,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 lease_token=codec.text(token),
                 progress=progress,
                 metadata=metadata,
+                unique_key=codec.text(unique_key),
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
             raise UnreadableTaskError(f"Task {result_id} cannot be read: {e!r}") from e

@@ -16,13 +16,16 @@ import select
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
 from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
 from .base import Segment
 from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
+
+if TYPE_CHECKING:
+    from ..unique import UniqueSpec
 
 _SEGMENT_ORDER = (
     Segment.READY,
@@ -135,6 +138,21 @@ def _heartbeats(ages: Mapping[str, float] | None, settle_s: float | None = None)
     if ages is None:
         return "" if settle_s is None else f"@{settle_s:.3f}"
     return "+" + "".join(f"{name}\t{age:.3f}\n" for name, age in ages.items())
+
+
+class EnqueueReply(NamedTuple):
+    """What the enqueue script answered: how many tasks it stored, and the holder of each duplicate's key."""
+
+    stored: int
+    #: Index of an entry in the call (from 0) -> the id of the task that holds its uniqueness key.
+    holders: dict[int, str]
+
+    @classmethod
+    def read(cls, reply: int | list) -> EnqueueReply:
+        if isinstance(reply, int):
+            return cls(reply, {})
+        pairs = reply[1:]
+        return cls(int(reply[0]), {int(pairs[i]) - 1: pairs[i + 1].decode() for i in range(0, len(pairs), 2)})
 
 
 class LuaScript:
@@ -278,7 +296,7 @@ class RedisScripts:
     ) -> int:
         return self.enqueue_many(
             queue_name, [(task_id, payload, segment, ready_score, score)], minute, durable_within_s
-        )
+        ).stored
 
     @translate_errors
     def enqueue_many(
@@ -288,18 +306,20 @@ class RedisScripts:
         minute: int,
         durable_within_s: float | None = None,
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
-    ) -> int:
-        """Store (task id, payload, segment, ready score, score) entries of one queue in one call; return how many.
+        unique: Sequence[UniqueSpec | None] = (),
+    ) -> EnqueueReply:
+        """Store (task id, payload, segment, ready score, score) entries of one queue in one call.
 
         `schedule` is (name, tick or "" for run-now, cron and zone, "1" on a broker's first offer) for a
-        scheduled run: 0 when its guard refused it.
+        scheduled run: nothing is stored when its guard refused it. `unique` gives each entry's
+        uniqueness (None: not unique); a duplicate is not stored, and the reply names its holder.
 
         With `durable_within_s`, return only once they are in the append-only file; raises
         DurableEnqueueError when the server cannot confirm that within the time.
         """
-        keys, args = self.enqueue_call(queue_name, entries, minute, schedule)
+        keys, args = self.enqueue_call(queue_name, entries, minute, schedule, unique)
         if durable_within_s is None:
-            return self._run(self._enqueue, keys=keys, args=args)
+            return EnqueueReply.read(self._run(self._enqueue, keys=keys, args=args))
         stored, synced = self._run_durably(self._enqueue, keys=keys, args=args, wait_s=durable_within_s)
         if int(synced[0]) < 1:
             ids = ", ".join(entry[0] for entry in entries)
@@ -307,7 +327,7 @@ class RedisScripts:
                 f"Task {ids} was enqueued, but the server did not confirm it in its append-only file "
                 f"within {durable_within_s:g} s (fsync_enqueue): it may be lost if the server crashes now."
             )
-        return stored
+        return EnqueueReply.read(stored)
 
     def enqueue_call(
         self,
@@ -315,6 +335,7 @@ class RedisScripts:
         entries: Sequence[tuple[str, str, Segment, str, str]],
         minute: int,
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
+        unique: Sequence[UniqueSpec | None] = (),
     ) -> tuple[list[str], list[Any]]:
         """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
         k = self.keys
@@ -329,6 +350,11 @@ class RedisScripts:
         for task_id, payload, segment, ready_score, score in entries:
             keys += [k.task(task_id), k.segment(queue_name, segment)]
             args += [task_id, payload, segment.value, ready_score, score]
+        held = [(i, spec) for i, spec in enumerate(unique, 1) if spec is not None]
+        for i, spec in held:
+            keys.append(k.unique(spec.digest))
+            args += [i, spec.hold_ms, spec.segments]
+        args.append(len(held))
         return keys, args
 
     @property

@@ -27,6 +27,8 @@
 --                       abort ended it, "-" neither; absent (none of either, or an older caller):
 --                       nothing counted
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
+-- A unique task (field `unique`) gives up its uniqueness key here, in the same read as the fence.
+-- include: release_unique
 local ttl = tonumber(ARGV[1])
 local m = tonumber(ARGV[5])
 local publish = ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH'
@@ -46,7 +48,11 @@ local marks = ARGV[6 + m + 5 * n] or ''
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id = KEYS[k + 1], ARGV[a + 1]
-  if redis.call('HGET', task, 'lease_token') == ARGV[a + 2] then
+  local held = redis.call('HMGET', task, 'lease_token', 'unique', 'unique_segments')
+  if held[1] == ARGV[a + 2] then
+    if held[2] then
+      release_unique(held[2], id, held[3], ARGV[a + 4], ttl)
+    end
     redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3])
     redis.call('HDEL', task, 'lease_worker', 'lease_token', 'lease_started_at')
     redis.call('EXPIRE', task, ttl)

@@ -16,6 +16,7 @@
 -- KEYS[5]     (hash)   the queue's totals: enqueued, finished, failed
 -- KEYS[2i+4]  (hash)   task i
 -- KEYS[2i+5]  (zset)   task i's target segment: ready (score: priority, then FIFO) or deferred (run_after)
+-- KEYS[5+2n+j] (string) unique entry j's uniqueness key: the id of the task holding it
 -- ARGV[1]     (string) queue name
 -- ARGV[2]     (string) telemetry channel
 -- ARGV[3]     (number) seconds the ingress counter lives
@@ -29,8 +30,14 @@
 -- ARGV[5i+6]  (string) task i's target segment name, "ready" or "deferred"
 -- ARGV[5i+7]  (number) task i's ready score, kept in the hash so a deferred task can be promoted
 -- ARGV[5i+8]  (number) task i's score in its target segment
--- Returns: the number of tasks stored (0 when a schedule's guard refused the run)
-local n = (#ARGV - 8) / 5
+-- ARGV[6+5n+3j] (number) unique entry j: its task's index i (a task has at most one entry)
+-- ARGV[7+5n+3j] (number) unique entry j: milliseconds its key holds at most, 0 while its holder counts
+-- ARGV[8+5n+3j] (string) unique entry j: the segments its holder counts in, comma-separated
+-- ARGV[#ARGV]  (number) u, the number of unique entries (0 for a call without unique tasks)
+-- Returns: the number of tasks stored (0 when a schedule's guard refused the run); with u > 0,
+--          {stored, i, holder id, ...}: each task i not stored as a duplicate, and who holds its key
+local u = tonumber(ARGV[#ARGV])
+local n = (#ARGV - 9 - 3 * u) / 5
 local schedule, tick, timing = ARGV[4], ARGV[5], ARGV[6]
 if schedule ~= '' then
   if tick ~= '' then
@@ -55,13 +62,23 @@ if schedule ~= '' then
   redis.call('HSET', KEYS[4], schedule .. ':task', ARGV[9], schedule .. ':enqueued_at',
     string.format('%d.%06d', time[1], time[2]))
 end
+-- include: unique
+local unique = admit_unique(n, u)
 local ready = false
 for i = 1, n do
   local a = 5 * i + 4
-  redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
-    'score', ARGV[a + 3])
-  redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
-  ready = ready or ARGV[a + 2] == 'ready'
+  if not unique.duplicate[i] then
+    redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
+      'score', ARGV[a + 3])
+    redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
+    ready = ready or ARGV[a + 2] == 'ready'
+  end
+end
+if u > 0 then
+  n = unique.store(n)
+  if n == 0 then
+    return unique.reply
+  end
 end
 redis.call('SADD', KEYS[1], ARGV[1])
 if redis.call('INCRBY', KEYS[2], n) == n then
@@ -73,4 +90,7 @@ if ready and redis.call('LLEN', KEYS[3]) == 0 then
 end
 local publish = ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH'
 redis.call(publish, ARGV[2], '{"type":"ingress","queue":' .. cjson.encode(ARGV[1]) .. ',"count":' .. n .. '}')
+if u > 0 then
+  return unique.reply
+end
 return n
