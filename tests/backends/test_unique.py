@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import redis
@@ -17,6 +18,7 @@ from django.tasks.signals import task_enqueued
 from tests.backends.conftest import finish
 from tests.tasks import echo, unique_bad_key, unique_briefly, unique_by_user, unique_echo
 from threadmill.backends.base import Segment, ThreadmillTask
+from threadmill.backends.scripts import LuaScript
 
 
 def _ready(backend) -> int:
@@ -145,7 +147,8 @@ def test_using_keeps_the_unique_settings():
 
 
 def test_a_unique_key_that_is_not_a_string_is_refused_and_nothing_is_stored(backend):
-    with pytest.raises(TypeError, match=r"unique_key of task tests\.tasks\.unique_bad_key must return a non-empty str, not 42\."):
+    message = r"unique_key of task tests\.tasks\.unique_bad_key must return a non-empty str, not 42\."
+    with pytest.raises(TypeError, match=message):
         backend.enqueue(unique_bad_key, [], {})
     with pytest.raises(TypeError, match="must return a non-empty str"):
         backend.enqueue_many(unique_bad_key, [([], {})])
@@ -211,3 +214,52 @@ async def test_aenqueue_returns_the_holder_of_a_duplicate(backend):
     again = await backend.aenqueue(unique_echo, ["a"], {})
     assert (first.duplicate, again.duplicate, again.id) == (False, True, first.id)
     assert again.unique_key == first.unique_key != ""
+
+
+def test_the_enqueue_script_stores_the_key_and_acknowledge_deletes_it(backend, raw):
+    result = backend.enqueue(unique_echo, ["a"], {})
+    digest = result.unique_key.rsplit(":", 1)[1]
+    assert result.unique_key == f"threadmill:{{default}}:unique:{digest}"
+    assert raw.get(result.unique_key) == result.id.encode() and raw.ttl(result.unique_key) == -1
+    assert raw.hmget(f"threadmill:{{default}}:task:{result.id}", "unique", "unique_segments") == [
+        digest.encode(),
+        b"ready,deferred,running",
+    ]
+    [leased] = backend.acquire("default", worker="w")
+    finish(backend, leased)
+    assert raw.exists(result.unique_key) == 0
+
+
+def test_unique_for_sets_the_keys_expiry(backend, raw):
+    result = backend.enqueue(unique_briefly, ["a"], {})
+    assert 0 < raw.pttl(result.unique_key) <= 300
+
+
+#: The release before unique tasks, whose acknowledge knows nothing of the key.
+PREVIOUS_RELEASE = "5835d2b"
+
+
+def _previous_release_source(name: str) -> str:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        ["git", "-C", str(root), "show", f"{PREVIOUS_RELEASE}:threadmill/backends/lua/{name}.lua"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"This test reads the previous release's {name}.lua from git: fetch {PREVIOUS_RELEASE}.")
+    return done.stdout
+
+
+def test_a_key_an_older_release_acknowledged_past_does_not_block_the_next_enqueue(backend, raw):
+    first = backend.enqueue(unique_echo, ["a"], {})
+    [leased] = backend.acquire("default", worker="w")
+    backend.scripts._acknowledge = LuaScript(_previous_release_source("acknowledge"))
+    assert finish(backend, leased)
+    assert raw.get(first.unique_key) == first.id.encode()  # the older script left the key
+
+    again = backend.enqueue(unique_echo, ["a"], {})
+
+    assert not again.duplicate
+    assert raw.get(first.unique_key) == again.id.encode()

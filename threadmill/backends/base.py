@@ -116,7 +116,7 @@ class Page(Sequence):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadmillTask(Task):
-    """A Django task with an optional retry policy (`@task(retry=...)`), time limit (`@task(timeout=...)`) and uniqueness."""
+    """A Django task with optional retry policy (`retry=`), time limit (`timeout=`) and uniqueness (`unique=`)."""
 
     retry: Any = None
     #: Longest a run may take before TaskTimeout is raised in it; None takes the alias's `task_timeout`.
@@ -188,7 +188,7 @@ class ThreadmillTaskResult(TaskResult):
     progress: TaskProgress | None = None
     #: What the task stored with `threadmill.set_metadata`; empty when it stored none.
     metadata: dict[str, Any] = field(default_factory=dict)
-    #: The uniqueness key (a Redis key name) a unique task holds; "" for any other task.
+    #: The uniqueness key (its Redis key name) a unique task holds; "" for any other task.
     unique_key: str = ""
     #: True when enqueue found this task waiting or running and returned it instead of storing a duplicate.
     duplicate: bool = False

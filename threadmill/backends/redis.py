@@ -252,7 +252,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         self.validate_task(task)
         # Partition 0, which holds the schedules hash the guard reads.
         partition = None if self.partition_count == 1 else 0
-        prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time(), partition)
+        prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time(), partition, pinned=True)
         guard = (schedule.name, "" if tick is None else repr(tick.timestamp()), schedule.timing, str(int(first_offer)))
         reply = self.scripts.enqueue_many(
             task.queue_name, [prepared.entry], int(prepared.now // 60), schedule=guard, unique=[prepared.unique]
@@ -287,10 +287,12 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 results[index] = result
         return results
 
-    def _prepare(self, task, args, kwargs, now: float, partition: int | None = None) -> PreparedTask:
+    def _prepare(
+        self, task, args, kwargs, now: float, partition: int | None = None, *, pinned: bool = False
+    ) -> PreparedTask:
         args, kwargs = normalize_json(args), normalize_json(kwargs)
         unique = spec_for(task, args, kwargs)
-        if unique is not None and partition is not None:
+        if unique is not None and partition is not None and not pinned:
             # Every enqueue of one key goes to one partition, whose keys hold it.
             partition = int(unique.digest[:8], 16) % self.partition_count
         task_id = codec.new_task_id(partition)
@@ -312,18 +314,20 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             self.check_layout()  # stamps the partitioned layout and this P before the first partitioned task
         entries = [p.entry for p in prepared]
         scripts = self.scripts_for(partition or 0)
-        unique = [p.unique for p in prepared] if task.unique else ()
-        reply = scripts.enqueue_many(task.queue_name, entries, int(prepared[0].now // 60), durable_within_s, unique=unique)
+        unique = [p.unique for p in prepared] if getattr(task, "unique", False) else ()
+        minute = int(prepared[0].now // 60)
+        reply = scripts.enqueue_many(task.queue_name, entries, minute, durable_within_s, unique=unique)
         if self.config.wait_replicas:
             # As WAITAOF's, the wait ends before the client would give the connection up as lost.
             ids = [p.id for p in prepared]
             wait_for_replicas(
                 scripts, scripts.keys.queues(), self.config.wait_replicas, self.config.socket_timeout / 2, ids
             )
+        duplicates = self._duplicates(task, reply.holders, prepared) if reply.holders else {}
         results = []
         for index, p in enumerate(prepared):
-            if index in reply.holders:
-                results.append(self._duplicate(task, reply.holders[index], p))
+            if index in duplicates:
+                results.append(duplicates[index])
                 continue
             result = self._new_result(task, p)
             task_enqueued.send(type(self), task_result=result)
@@ -332,11 +336,32 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def _duplicate(self, task, holder_id: str, prepared: PreparedTask) -> ThreadmillTaskResult:
         """Return the stored task `holder_id`, which holds the uniqueness key `prepared` asked for, as a duplicate."""
-        try:
-            return dataclasses.replace(self.get_result(holder_id), duplicate=True)
-        except TaskResultDoesNotExist:
-            # Removed (purged, expired) between the script call and this read: it held the key at enqueue.
-            return dataclasses.replace(self._new_result(task, prepared._replace(id=holder_id)), duplicate=True)
+        return self._duplicates(task, {0: holder_id}, [prepared])[0]
+
+    @translate_errors
+    def _duplicates(
+        self, task, holders: dict[int, str], prepared: list[PreparedTask]
+    ) -> dict[int, ThreadmillTaskResult]:
+        """Read each entry's holder (entry index -> holder id) in one round trip, as duplicates."""
+        ids = sorted(set(holders.values()))
+        pipe = self.client.pipeline(transaction=False)
+        for holder in ids:
+            keys = self.task_keys(holder)
+            pipe.hmget(keys.task(holder), TASK_FIELDS)
+            pipe.get(keys.result(holder))
+        replies = pipe.execute()
+        stored: dict[str, ThreadmillTaskResult] = {}
+        for i, holder in enumerate(ids):
+            try:
+                stored[holder] = self._stored_result(holder, replies[2 * i], replies[2 * i + 1])
+            except TaskResultDoesNotExist:
+                pass  # removed (purged, expired) since the script call, where it held the key
+        return {
+            index: dataclasses.replace(
+                stored.get(holder) or self._new_result(task, prepared[index]._replace(id=holder)), duplicate=True
+            )
+            for index, holder in holders.items()
+        }
 
     def _new_result(self, task, prepared: PreparedTask) -> ThreadmillTaskResult:
         return ThreadmillTaskResult(
@@ -353,8 +378,11 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             errors=[],
             worker_ids=[],
             segment=prepared.segment,
-            unique_key="" if prepared.unique is None else self.keys_for(prepared.partition or 0).unique(prepared.unique.digest),
+            unique_key=self._unique_key(prepared),
         )
+
+    def _unique_key(self, prepared: PreparedTask) -> str:
+        return "" if prepared.unique is None else self.keys_for(prepared.partition or 0).unique(prepared.unique.digest)
 
     @translate_errors
     def get_result(self, result_id: str) -> ThreadmillTaskResult:
@@ -393,7 +421,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 lease_token=codec.text(token),
                 progress=progress,
                 metadata=metadata,
-                unique_key=codec.text(unique_key),
+                unique_key=self.task_keys(result_id).unique(unique_key.decode()) if unique_key else "",
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
             raise UnreadableTaskError(f"Task {result_id} cannot be read: {e!r}") from e

@@ -51,7 +51,7 @@ for i = 1, n do
   local held = redis.call('HMGET', task, 'lease_token', 'unique', 'unique_segments')
   if held[1] == ARGV[a + 2] then
     if held[2] then
-      release_unique(held[2], id, held[3], ARGV[a + 4], ttl)
+      release_unique(task, id, held[2], held[3], ARGV[a + 4], ttl)
     end
     redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3])
     redis.call('HDEL', task, 'lease_worker', 'lease_token', 'lease_started_at')

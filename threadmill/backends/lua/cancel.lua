@@ -48,7 +48,7 @@ redis.call('HSET', KEYS[1], 'segment', 'failed', 'result', ARGV[3], 'abort_reque
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 local unique = redis.call('HGET', KEYS[1], 'unique')
 if unique then
-  release_unique(unique, ARGV[1], nil, nil, 0)
+  release_unique(KEYS[1], ARGV[1], unique, nil, nil, 0)
 end
 redis.call('HINCRBY', KEYS[4], 'finished', 1)
 redis.call('HINCRBY', KEYS[4], 'failed', 1)

@@ -19,7 +19,7 @@ for i = 3, #ARGV do
   local here = fields[1] == ARGV[1] and fields[2] == ARGV[2]
   if here or (not fields[1] and redis.call('ZSCORE', KEYS[3], id)) then
     if fields[3] then
-      release_unique(fields[3], id, nil, nil, 0)
+      release_unique(key, id, fields[3], nil, nil, 0)
     end
     redis.call('ZREM', KEYS[3], id)
     redis.call('DEL', key, KEYS[2] .. id)

@@ -15,7 +15,7 @@ for _, id in ipairs(ids) do
   local segment = fields[1]
   if segment == ARGV[2] or not segment then
     if fields[2] then
-      release_unique(fields[2], id, nil, nil, 0)
+      release_unique(key, id, fields[2], nil, nil, 0)
     end
     redis.call('DEL', key, KEYS[3] .. id)
   end

@@ -175,13 +175,14 @@ class QueueTooling(ToolingHost):
         pipe.zscore(keys.segment(queue_name, segment), task_id)
         fields, old_layout_result, score = pipe.execute()
         data, _, _, started_at, worker, lease_started, token, read_error, stored_result, progress, metadata = fields[:11]
+        unique = fields[11]
         stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
         row = [task_id.encode(), data, stored_result, started_at, worker, lease_started, token, read_error, score]
         task = self._peeked(queue_name, segment, [*row, progress], metadata)
-        if fields[11] is not None and isinstance(task, ThreadmillTaskResult):
-            return replace(task, unique_key=fields[11].decode())
+        if unique is not None and isinstance(task, ThreadmillTaskResult):
+            return replace(task, unique_key=keys.unique(unique.decode()))
         return task
 
     def _peeked(

@@ -3,7 +3,8 @@
 -- holder counts only while its hash names one of the entry's counted segments, so a key whose
 -- task finished, expired or was removed without releasing it (a crash, an older release's
 -- acknowledge) admits the next enqueue instead of blocking it. Two entries of one call with one
--- key: the first is stored, the second is its duplicate.
+-- key: the first is stored, the second is its duplicate. The holder's hash is the declared task
+-- prefix plus the id read from the key; a stored task keeps its key's digest in field `unique`.
 
 -- Whether `segment` is one of the comma-separated `counted`.
 local function counts_in(counted, segment)
@@ -39,7 +40,7 @@ local function admit_unique(n, u)
         redis.call('SET', key, id)
       end
       claimed[key] = {id, ARGV[5 * i + 6]}
-      taken[#taken + 1] = {task_key, key, counted}
+      taken[#taken + 1] = {task_key, string.match(key, ':unique:(.+)$'), counted}
     end
   end
   local function store(count)
