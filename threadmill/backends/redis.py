@@ -515,7 +515,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             segment = Segment.SUCCESSFUL if result.status == TaskResultStatus.SUCCESSFUL else Segment.FAILED
             document = codec.encode_result(result, return_value)
             end = _ENDED_BY.get(ended_by(result), "-")
-            entries.append((result.id, result.task.queue_name, result.lease_token, document, segment, end))
+            unique = getattr(result.task, "unique", False)
+            entries.append((result.id, result.task.queue_name, result.lease_token, document, segment, end, unique))
         minute = int(time.time() // 60)
         if len(self.covered_partitions()) == 1:
             accepted = self.scripts.acknowledge(entries, self.config.result_ttl, minute)

@@ -375,10 +375,11 @@ class RedisScripts:
 
     @translate_errors
     def acknowledge(self, entries: Sequence[tuple], result_ttl: float, minute: int) -> list:
-        """Acknowledge (task id, queue, lease token, document, finished segment[, end]) entries; 1 or 0 each.
+        """Acknowledge (task id, queue, lease token, document, finished segment[, end[, unique]]) entries; 1/0 each.
 
         `end` is `ENDED_BY_TIME_LIMIT` or `ENDED_BY_ABORT` for a run one of them ended, counted in
         the queue's totals; the letters go only when one is there, so the usual call sends none.
+        `unique` True asks the script to release the task's uniqueness key (sent only when one is).
         """
         k = self.keys
         queues = list(dict.fromkeys(entry[1] for entry in entries))
@@ -389,12 +390,15 @@ class RedisScripts:
         args: list[Any] = [
             int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), self.sharded_flag, len(queues), *queues
         ]  # fmt: skip
-        marks = ""
-        for task_id, queue_name, token, document, segment, *end in entries:
+        marks = uniques = ""
+        for task_id, queue_name, token, document, segment, *rest in entries:
             keys += [k.task(task_id), k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, segment)]
             args += [task_id, token, document, segment.value, index[queue_name]]
-            marks += end[0] if end else "-"
-        if marks.strip("-"):
+            marks += rest[0] if rest else "-"
+            uniques += "u" if rest[1:] and rest[1] else "-"
+        if "u" in uniques:
+            args += [marks, uniques]
+        elif marks.strip("-"):
             args.append(marks)
         return self._run(self._acknowledge, keys=keys, args=args)
 

@@ -26,8 +26,10 @@
 -- ARGV[6+m+5n] (string) optional, one letter a task: "t" its run passed its time limit, "a" an
 --                       abort ended it, "-" neither; absent (none of either, or an older caller):
 --                       nothing counted
+-- ARGV[7+m+5n] (string) optional, one letter a task: "u" a unique task (its hash may hold a uniqueness
+--                       key, released here), "-" not; absent: none is (a task without unique reads
+--                       nothing more than its fence)
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
--- A unique task (field `unique`) gives up its uniqueness key here, in the same read as the fence.
 -- include: release_unique
 local ttl = tonumber(ARGV[1])
 local m = tonumber(ARGV[5])
@@ -45,13 +47,16 @@ for j = 1, m do
 end
 local n = (#KEYS - 3 * m) / 3
 local marks = ARGV[6 + m + 5 * n] or ''
+local uniques = ARGV[7 + m + 5 * n] or ''
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id = KEYS[k + 1], ARGV[a + 1]
-  local held = redis.call('HMGET', task, 'lease_token', 'unique', 'unique_segments')
-  if held[1] == ARGV[a + 2] then
-    if held[2] then
-      release_unique(task, id, held[2], held[3], ARGV[a + 4], ttl)
+  if redis.call('HGET', task, 'lease_token') == ARGV[a + 2] then
+    if uniques ~= '' and string.sub(uniques, i, i) == 'u' then
+      local held = redis.call('HMGET', task, 'unique', 'unique_segments')
+      if held[1] then
+        release_unique(task, id, held[1], held[2], ARGV[a + 4], ttl)
+      end
     end
     redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3])
     redis.call('HDEL', task, 'lease_worker', 'lease_token', 'lease_started_at')

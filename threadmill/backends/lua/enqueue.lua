@@ -63,11 +63,12 @@ if schedule ~= '' then
     string.format('%d.%06d', time[1], time[2]))
 end
 -- include: unique
-local unique = admit_unique(n, u)
+local unique = u > 0 and admit_unique(n, u) or nil
+local duplicate = unique and unique.duplicate or {}
 local ready = false
 for i = 1, n do
   local a = 5 * i + 4
-  if not unique.duplicate[i] then
+  if not duplicate[i] then
     redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
       'score', ARGV[a + 3])
     redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
