@@ -14,6 +14,7 @@ import pytest
 import redis
 from django.tasks.exceptions import InvalidTask
 from django.tasks.signals import task_enqueued
+from redis.crc import key_slot
 
 from tests.backends.conftest import finish
 from tests.tasks import echo, unique_bad_key, unique_briefly, unique_by_user, unique_echo
@@ -263,3 +264,9 @@ def test_a_key_an_older_release_acknowledged_past_does_not_block_the_next_enqueu
 
     assert not again.duplicate
     assert raw.get(first.unique_key) == again.id.encode()
+
+
+def test_the_key_shares_the_slot_of_its_tasks_other_keys(backend):
+    for value in range(6):
+        result = backend.enqueue(unique_echo, [value], {})
+        assert key_slot(result.unique_key.encode()) == key_slot(backend.task_keys(result.id).task(result.id).encode())
