@@ -7,6 +7,7 @@ each with two panels: tasks in, out and failed, and latency. A gap in the latenc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from threadmill import api
@@ -48,7 +49,7 @@ class Window:
         return (self.throughput, self.latency)
 
 
-def polylines(values: list[float | None], top: float, width: int = WIDTH, height: int = HEIGHT) -> list[str]:
+def polylines(values: Sequence[float | None], top: float, width: int = WIDTH, height: int = HEIGHT) -> list[str]:
     """Return the `points` of one polyline per run of known values, scaled so `top` reaches the panel's top."""
     step = width / max(1, len(values) - 1)
     top = top or 1

@@ -101,3 +101,15 @@ class ScheduleCommandConverter:
 
     def to_url(self, value: str) -> str:
         return value
+
+
+class TaskPathConverter:
+    """A task path's shape: a dotted Python path (`<locals>` allowed), or "(other)" for the paths past the cap."""
+
+    regex = r"\(other\)|[A-Za-z_][A-Za-z0-9_.<>]{0,199}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value

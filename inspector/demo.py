@@ -26,7 +26,8 @@ def send_welcome_email(address: str) -> str:
     return f"sent to {address}"
 
 
-@task(retry=ExponentialBackoff(base_delay=3, max_delay=30, max_retries=2, jitter=0))
+# Django's `task` passes other keywords on to the backend's task class; django-stubs' overloads have none.
+@task(retry=ExponentialBackoff(base_delay=3, max_delay=30, max_retries=2, jitter=0))  # type: ignore[call-overload]
 def sync_inventory(store: str) -> None:
     """A task that always fails, retried twice with backoff, then failed for good."""
     raise ConnectionError(f"The inventory service of {store} did not answer.")

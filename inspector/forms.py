@@ -23,7 +23,8 @@ class FilterForm(forms.Form):
     q = forms.CharField(required=False, max_length=200, strip=False, label="Text")
 
     def clean(self):
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         try:
             data["where"] = api.Filter(
                 task_path=data.get("task", ""), error_class=data.get("error", ""), text=data.get("q", "")
@@ -70,7 +71,8 @@ class SelectionForm(ForceForm):
         self.task_ids = data.getlist("ids") if data is not None and hasattr(data, "getlist") else []
 
     def clean(self):
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if len(self.task_ids) > MAX_SELECTION:
             raise ValidationError(f"Select at most {MAX_SELECTION} tasks at a time, or act on the whole view.")
         bad = [task_id for task_id in self.task_ids if not _TASK_ID.fullmatch(task_id)]

@@ -14,7 +14,7 @@ from django.utils.csp import CSP, build_policy
 from threadmill.exceptions import BackendConnectionError, LayoutVersionError
 
 #: The console's Content-Security-Policy: no inline script or style, nothing from elsewhere.
-CONSOLE_CSP = {
+CONSOLE_CSP: dict[str, list[str]] = {
     "default-src": [CSP.SELF],
     "script-src": [CSP.SELF],
     "style-src": [CSP.SELF],

@@ -370,7 +370,7 @@ class UnreadableTable(tables.Table):
         return "—"  # unknown: the payload that counts them cannot be read
 
 
-TABLE_OF_SEGMENT = {
+TABLE_OF_SEGMENT: dict[api.Segment, type[tables.Table]] = {
     api.Segment.READY: SegmentTable,
     api.Segment.DEFERRED: DeferredTable,
     api.Segment.RUNNING: RunningTable,

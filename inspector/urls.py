@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from . import cancel, converters, metrics, operate, views
+from . import cancel, converters, metrics, operate, taskstats, views
 
 register_converter(converters.BackendConverter, "tm_backend")
 register_converter(converters.QueueConverter, "tm_queue")
@@ -12,6 +12,7 @@ register_converter(converters.WorkerConverter, "tm_worker")
 register_converter(converters.WorkerCommandConverter, "tm_worker_command")
 register_converter(converters.ScheduleNameConverter, "tm_schedule")
 register_converter(converters.ScheduleCommandConverter, "tm_schedule_command")
+register_converter(converters.TaskPathConverter, "tm_task_path")
 
 app_name = "inspector"
 
@@ -19,6 +20,12 @@ urlpatterns = [
     path("", views.queue_list, name="queue_list"),
     path("workers/", views.worker_list, name="worker_list"),
     path("audit/", views.audit_list, name="audit_list"),
+    path("tasks/", taskstats.task_path_list, name="task_path_list"),
+    path(
+        "tasks/<tm_backend:backend>/<tm_queue:queue>/<tm_task_path:path>/",
+        taskstats.task_path_detail,
+        name="task_path_detail",
+    ),
     path("search/", views.search, name="search"),
     path("metrics", metrics.metrics, name="metrics"),
     path("schedules/", operate.schedule_list, name="schedule_list"),

@@ -1,5 +1,6 @@
 """Settings for the test suite: the site's settings, pointed at the test server."""
 
+import json
 import os
 
 from inspector.site.settings import *
@@ -34,6 +35,9 @@ TASKS = {
         },
     }
 }
+if os.environ.get("THREADMILL_TEST_LIMITS"):
+    # THREADMILL_TEST_LIMITS: OPTIONS["limits"] as JSON (the drain benchmark's non-binding limit rows).
+    TASKS["default"]["OPTIONS"]["limits"] = json.loads(os.environ["THREADMILL_TEST_LIMITS"])
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 if os.environ.get("THREADMILL_TEST_SCHEDULE"):

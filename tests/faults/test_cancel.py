@@ -14,6 +14,7 @@ from django.tasks import TaskResultStatus
 
 from tests import tasks
 from tests.faults.conftest import SLACK_S, Tally, wait_for
+from threadmill.backends.base import Segment
 from threadmill.backends.tooling.actions import CancelOutcome
 
 pytestmark = pytest.mark.slow
@@ -89,6 +90,36 @@ def test_an_abort_reaches_a_running_task_within_two_seconds_p90_over_thirty_task
         result = tally.backend.get_result(task_id)
         assert result.status == TaskResultStatus.FAILED and _error_paths(tally, task_id) == [CANCELLED]
         assert "was aborted by the latency test" in result.errors[0].traceback
+
+
+def test_a_buffered_task_whose_abort_arrives_before_it_starts_never_runs_and_ends_cancelled(
+    tally: Tally, fault_server, start_pool
+):
+    (blocker,) = tally.enqueue(1, tasks.wait_for_abort)
+    waiting = tally.enqueue(3, sleep_ms=1)
+    pool = start_pool(fault_server, "-w", "1", "-t", "1", "--prefetch-count", "4")
+    wait_for(
+        lambda: pool.alive() and tally.started()[blocker] and tally.segments()[Segment.RUNNING] == 4,
+        lambda: f"the blocker runs and the other three are leased into the buffer ({tally.summary()})",
+        30,
+    )
+
+    assert all(tally.backend.cancel(task_id, by="the buffer test") is True for task_id in waiting)
+
+    # Settled while the only consumer thread is still busy with the blocker: they never started.
+    wait_for(
+        lambda: all(tally.backend.get_result(i).status == TaskResultStatus.FAILED for i in waiting),
+        lambda: f"the three aborted tasks end without running ({tally.summary()})",
+        10,
+    )
+    assert tally.started()[blocker] == 1 and tally.finished()[blocker] == 0
+    assert tally.backend.cancel(blocker) is True
+    wait_for(lambda: tally.all_settled(), lambda: f"the blocker is aborted too ({tally.summary()})", 10)
+    for task_id in waiting:
+        assert tally.started()[task_id] == 0, task_id
+        assert _error_paths(tally, task_id) == [CANCELLED]
+        assert "aborted by the buffer test" in tally.backend.get_result(task_id).errors[0].traceback
+    assert pool.respawns() == []
 
 
 def test_a_task_that_ignores_the_abort_gets_taskcancelled_after_the_grace_and_its_finally_runs(

@@ -21,12 +21,13 @@ from datetime import UTC
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
+from ..backends.merge import Cursor, KeysetPage
+from ..backends.tooling.actions import CancelOutcome
 from ..identity import WorkerName
 from . import controls, history, metrics, schedules
 from .actions import (
     CANCEL_VIEW_LIMIT,
     CANCELLABLE_SEGMENTS,
-    CancelOutcome,
     Cancelled,
     Requeued,
     cancel,
@@ -45,9 +46,7 @@ from .actions import (
 from .queues import (
     FILTER_SCAN_LIMIT,
     NO_FILTER,
-    Cursor,
     Filter,
-    KeysetPage,
     SegmentPage,
     backend_aliases,
     decode_cursor,

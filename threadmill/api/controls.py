@@ -1,4 +1,4 @@
-"""Operator controls: pause and resume queues, quiet and stop worker processes, requeue orphaned running tasks.
+"""Operator controls: pause and resume queues, set their limits, quiet and stop worker processes, requeue orphaned running tasks.
 
 A running task is **orphaned** when its worker is known gone (its last heartbeat is older
 than `worker_timeout`, or it has none and the lease is older than that: a worker's first
@@ -22,7 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from ..backends.base import PausedQueue, Segment
-from ..backends.tooling.controls import WORKER_COMMANDS
+from ..backends.limits import LimitError, QueueLimit, parse_concurrency, parse_rate
+from ..backends.tooling.controls import WORKER_COMMANDS, LimitState
 from .actions import Requeued
 from .queues import NO_FILTER, Filter, SegmentPage, get_backend
 
@@ -31,7 +32,7 @@ ORPHAN_SCAN_LIMIT = 5_000
 #: What a running view's `?lease=` filter may be.
 LEASE_FLAGS = ("gone", "overdue")
 
-__all__ = ["LEASE_FLAGS", "ORPHAN_SCAN_LIMIT", "WORKER_COMMANDS", "LeaseCheck"]
+__all__ = ["LEASE_FLAGS", "ORPHAN_SCAN_LIMIT", "WORKER_COMMANDS", "LeaseCheck", "LimitError", "LimitState"]
 
 
 def paused_queues(alias: str) -> dict[str, PausedQueue]:
@@ -47,6 +48,42 @@ def pause_queue(alias: str, queue_name: str, *, by: str) -> bool:
 def resume_queue(alias: str, queue_name: str) -> bool:
     """Let workers acquire a queue's tasks again; False when it was not paused."""
     return get_backend(alias).resume(queue_name)
+
+
+def set_queue_limit(
+    alias: str, queue_name: str, *, concurrency: int | str | None = None, rate: str | None = None, by: str
+) -> QueueLimit:
+    """Set a queue's runtime concurrency and/or rate ("N/s|m|h"), which win over the settings'; return the limits in force.
+
+    Raises LimitError naming what is wrong: a bad value, an unknown queue, or a limit below the partition count.
+    """
+    backend = get_backend(alias)
+    _known(backend, queue_name)
+    return backend.set_limit(
+        queue_name,
+        concurrency=None if concurrency is None else parse_concurrency(concurrency),
+        rate=None if rate is None else parse_rate(rate),
+        by=by,
+    )
+
+
+def clear_queue_limit(alias: str, queue_name: str) -> bool:
+    """Clear a queue's runtime limits, so the settings' apply again; False when none was set."""
+    backend = get_backend(alias)
+    _known(backend, queue_name)
+    return backend.clear_limit(queue_name)
+
+
+def queue_limits(alias: str, queue_names: Sequence[str] | None = None) -> dict[str, LimitState]:
+    """Return each queue's limits (setting, runtime, in force) and whether they hold ready tasks back now."""
+    backend = get_backend(alias)
+    return backend.queue_limits(backend.queue_names() if queue_names is None else list(queue_names))
+
+
+def _known(backend, queue_name: str) -> None:
+    known = backend.queue_names()
+    if queue_name not in known:
+        raise LimitError(f"Unknown queue {queue_name!r}; backend {backend.alias!r} has {', '.join(known)}.")
 
 
 def live_worker_documents(alias: str) -> list[dict[str, Any]]:

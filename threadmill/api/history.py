@@ -26,9 +26,10 @@ class History:
     def rebucket(self, size: int) -> History:
         """Return the series in buckets of `size`: counts summed, latency the largest known (None where none is)."""
         chunks = range(0, len(self.enqueued), size)
-        sums = [[sum(series[i : i + size]) for i in chunks] for series in (self.enqueued, self.finished, self.failed)]
+        counts = (self.enqueued, self.finished, self.failed)
+        enqueued, finished, failed = ([sum(series[i : i + size]) for i in chunks] for series in counts)
         known = [[v for v in self.latency_s[i : i + size] if v is not None] for i in chunks]
-        return History(*sums, [max(values) if values else None for values in known])
+        return History(enqueued, finished, failed, [max(values) if values else None for values in known])
 
     def _series(self) -> tuple[list, ...]:
         return (self.enqueued, self.finished, self.failed, self.latency_s)

@@ -3,7 +3,8 @@
 A scrape reads counts and counters only, never a segment's members: per backend one pipeline
 of ZCARDs, one of two-entry ZRANGEs for the oldest ready task, one of HMGETs for the totals,
 the heartbeats and their documents, and the paused queues, so its cost does not grow with the
-number of tasks stored.
+number of tasks stored; and per backend one pipeline of HGETALLs for the per-task-path totals,
+whose label `task` is bounded by `taskstats.PATH_CAP` paths a queue.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from ..backends.base import Segment
+from ..backends.taskstats import BOUNDS_S, PathStats
 from .queues import backend_aliases, get_backend
 
-__all__ = ["CONTENT_TYPE_LATEST", "exposition"]
+__all__ = ["CONTENT_TYPE_LATEST", "PathStats", "exposition", "task_path_minutes", "task_paths"]
 
 #: The counter `threadmill_tasks_<name>_total` of each of a queue's totals, and what it counts.
 COUNTED = {
@@ -72,10 +74,33 @@ class ThreadmillCollector:
                 "threadmill_worker_rss_bytes", "Resident memory of a worker process.", labels=["backend", "worker"]
             ),
         }
+        task_runs = CounterMetricFamily(
+            "threadmill_task_runs",
+            "Attempts of a task path by outcome: successful, failed (a final failure) or retried.",
+            labels=["backend", "queue", "task", "outcome"],
+        )
+        durations = HistogramMetricFamily(
+            "threadmill_task_duration_seconds", "Run time of a task path's attempts.", labels=["backend", "queue", "task"]
+        )
+        waits = HistogramMetricFamily(
+            "threadmill_task_wait_seconds",
+            "Queue wait of a task path's first attempts: enqueue (or run_after) to lease.",
+            labels=["backend", "queue", "task"],
+        )
         for alias in backend_aliases():
             self._queues(alias, tasks, oldest, paused, counters)
             self._workers(alias, alive, per_worker)
-        yield from (tasks, oldest, paused, *counters.values(), alive, *per_worker.values())
+            self._task_paths(alias, task_runs, durations, waits)
+        yield from (tasks, oldest, paused, *counters.values(), alive, *per_worker.values(), task_runs, durations, waits)
+
+    @staticmethod
+    def _task_paths(alias, task_runs, durations, waits) -> None:
+        for stats in get_backend(alias).task_stats(minutes=None):
+            labels = [alias, stats.queue, stats.path]
+            for outcome in ("successful", "failed", "retried"):
+                task_runs.add_metric([*labels, outcome], getattr(stats, outcome))
+            durations.add_metric(labels, _cumulative(stats.run_buckets), stats.run_us / 1e6)
+            waits.add_metric(labels, _cumulative(stats.wait_buckets), stats.wait_us / 1e6)
 
     @staticmethod
     def _queues(alias, tasks, oldest, paused, counters) -> None:
@@ -103,8 +128,27 @@ class ThreadmillCollector:
                     family.add_metric([alias, str(document["worker"])], value)
 
 
+def _cumulative(buckets: list[int]) -> list[tuple[str, int]]:
+    """Prometheus buckets (upper bound, count at or below it) from per-bucket counts, +Inf last."""
+    out, seen = [], 0
+    for bound, count in zip((*map(repr, BOUNDS_S), "+Inf"), buckets, strict=True):
+        seen += count
+        out.append((bound, seen))
+    return out
+
+
 def exposition() -> bytes:
     """Return every backend's metrics in the Prometheus text format, read now."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ThreadmillCollector())
     return generate_latest(registry)
+
+
+def task_paths(alias: str, *, minutes: int | None = 60) -> list[PathStats]:
+    """Every task path's counts on every queue of `alias` over the last `minutes` (None: since first use)."""
+    return get_backend(alias).task_stats(minutes=minutes)
+
+
+def task_path_minutes(alias: str, queue_name: str, path: str, *, minutes: int = 60) -> list[tuple[int, PathStats]]:
+    """One task path's counts on one queue for each of the last `minutes`, oldest first, as (epoch minute, counts)."""
+    return get_backend(alias).task_stats_by_minute(queue_name, path, minutes=minutes)

@@ -51,7 +51,7 @@ from .scripts import LuaScript, polls_readable, translated_errors
 #: (redis.asyncio's pool failed the 101st concurrent call instead: "Too many connections".)
 CONNECTIONS_PER_LOOP = 16
 
-AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+type AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 
 
 class LoopConnections:
@@ -169,7 +169,8 @@ async def _run_on(connection: AbstractConnection, script: LuaScript, command: tu
     try:
         return await _round_trip(connection, packed)
     except redis.exceptions.NoScriptError:
-        await _round_trip(connection, hiredis.pack_command(("SCRIPT", "LOAD", script.source)))
+        # hiredis types its argument as a 1-tuple (`tuple[X]`, not `tuple[X, ...]`): any command is refused.
+        await _round_trip(connection, hiredis.pack_command(("SCRIPT", "LOAD", script.source)))  # type: ignore[arg-type]
         return await _round_trip(connection, packed)
 
 

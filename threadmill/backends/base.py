@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 from django.tasks import Task, TaskResult
 
@@ -100,11 +101,11 @@ class Page(Sequence):
 
     __slots__ = ("items", "total")
 
-    def __init__(self, items: list[TaskResult | UnreadableTask], total: int) -> None:
+    def __init__(self, items: list[ThreadmillTaskResult | UnreadableTask], total: int) -> None:
         self.items = items
         self.total = total
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         return self.items[index]
 
     def __len__(self) -> int:
@@ -151,6 +152,23 @@ class ThreadmillTask(Task):
         object.__setattr__(self, "unique_for", unique_for(self.unique_for, error))
         object.__setattr__(self, "unique_segments", unique_segments(self.unique_segments, error))
 
+    def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """Enqueue this task with these arguments once the default database's current transaction commits.
+
+        Nothing is enqueued when it rolls back; outside a transaction it enqueues at once. The
+        task and its arguments are checked (and the arguments copied) at the call, so bad input
+        raises here, not at the commit; an enqueue that fails after the commit raises from it.
+        For another database: `transaction.on_commit(partial(task.enqueue, ...), using=alias)`.
+        """
+        from django.db import transaction
+        from django.utils.json import normalize_json
+
+        self.get_backend().validate_task(self)
+        # normalize_json returns a value of the shape it was given: a list, a dict.
+        call_args = cast("list[Any]", normalize_json(list(args)))
+        call_kwargs = cast("dict[str, Any]", normalize_json(kwargs))
+        transaction.on_commit(partial(self.enqueue, *call_args, **call_kwargs))
+
     def enqueue_many(self, calls):
         """Enqueue this task once per (args, kwargs) of `calls` in as few round trips as the backend can."""
         backend = self.get_backend()
@@ -172,8 +190,9 @@ def time_limit_s(task: Task, default_s: float | None) -> float | None:
     return default_s if limit is None else limit.total_seconds()
 
 
+# django-stubs declares TaskResult as a plain dataclass; Django's own is frozen, like this one.
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ThreadmillTaskResult(TaskResult):
+class ThreadmillTaskResult(TaskResult):  # type: ignore[misc]
     """A task result that also carries the lease it was acquired under."""
 
     lease_worker: str = ""
@@ -201,7 +220,7 @@ class ThreadmillTaskResult(TaskResult):
 
 def return_value_of(result: TaskResult) -> Any:
     """Return the stored return value without the status check `return_value` applies."""
-    return result._return_value
+    return result._return_value  # type: ignore[attr-defined]  # a private field django-stubs leaves out
 
 
 def json_preview(value: Any, limit: int = 200) -> str:

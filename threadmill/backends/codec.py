@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.tasks import Task, TaskResultStatus
+from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.utils.module_loading import import_string
 
@@ -157,7 +157,7 @@ def _spec_json(task: Task) -> str:
     return cached[1]
 
 
-def encode_result(result: ThreadmillTaskResult, return_value: Any = None) -> str:
+def encode_result(result: TaskResult, return_value: Any = None) -> str:
     """Return the document of `result` as it stands now, with its return value."""
     # The task spec is the same for every result of a task: its JSON is built once.
     rest = _dumps(

@@ -133,6 +133,19 @@ class KeySchema:
         """Hash of paused queues: queue name -> JSON {"by": who, "since": server epoch seconds}."""
         return f"{self.prefix}:paused"
 
+    def limits(self) -> str:
+        """Hash of runtime limits: queue name -> "concurrency|rate count|rate period s" (empty: the setting's),
+        and `<queue>:set` -> JSON {"by": who, "since": server epoch seconds}."""
+        return f"{self.prefix}:limits"
+
+    def throttled(self) -> str:
+        """Hash of queues whose ready tasks acquire held back at their concurrency limit: queue name -> "1"."""
+        return f"{self.prefix}:throttled"
+
+    def lease_times(self, queue_name: str) -> str:
+        """List of a rate-limited queue's last lease times, newest first (server epoch seconds): its rate's tokens."""
+        return f"{self.prefix}:{queue_name}:lease-times"
+
     def queues(self) -> str:
         """Set of every queue name a task was ever enqueued on."""
         return f"{self.prefix}:queues"
@@ -156,6 +169,15 @@ class KeySchema:
     def totals(self, queue_name: str) -> str:
         """Hash of a queue's monotonic counters since it was first used (`tooling.metrics.TOTALS`)."""
         return f"{self.prefix}:{queue_name}:totals"
+
+    def task_stats(self, queue_name: str, period: str) -> str:
+        """Hash of a queue's per-task-path counts (`threadmill.backends.taskstats`) of one period:
+        `m<minute>` or `h<hour>` (server epoch minutes or hours), or `total` since first use."""
+        return f"{self.prefix}:{queue_name}:taskstats:{period}"
+
+    def task_paths(self, queue_name: str) -> str:
+        """Set of the task paths a queue's per-task counts name (at most `taskstats.PATH_CAP`)."""
+        return f"{self.prefix}:{queue_name}:taskpaths"
 
     def telemetry(self) -> str:
         """Pub/sub channel of ingress, egress and worker snapshot events."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+
+from .limits import LimitError, QueueLimit, check_partitions, parse_limit
 
 #: Default time a worker may hold a task before the reaper takes it back, seconds.
 DEFAULT_LEASE_TTL_S = 3600.0
@@ -49,6 +52,8 @@ class BackendOptions:
     task_timeout: float | None = None
     timeout_grace: float = DEFAULT_TIMEOUT_GRACE_S
     abort_grace: float = DEFAULT_ABORT_GRACE_S
+    #: Queue name -> its concurrency and rate limits (`threadmill.backends.limits`); runtime values win.
+    limits: Mapping[str, QueueLimit] = field(default_factory=dict)
 
     @property
     def heartbeat_settle(self) -> float:
@@ -112,6 +117,8 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
                 )
             parsed[name] = value
             continue
+        if name == "limits":
+            continue
         if name == "task_timeout" and value is None:
             parsed[name] = None
             continue
@@ -124,4 +131,20 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
                 raise ImproperlyConfigured(f"TASKS[{alias!r}]['OPTIONS']['batch_size'] must be a whole number.")
             number = int(number)
         parsed[name] = number
+    parsed["limits"] = _limits(alias, raw.get("limits", {}), parsed.get("partitions", 1))
     return BackendOptions(**parsed)
+
+
+def _limits(alias: str, raw: Any, partitions: int) -> dict[str, QueueLimit]:
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}]['OPTIONS']['limits'] must map queue names to their limits, not {raw!r}."
+        )
+    limits = {}
+    for queue_name, limit in raw.items():
+        try:
+            limits[queue_name] = parse_limit(limit)
+            check_partitions(limits[queue_name], partitions)
+        except LimitError as e:
+            raise ImproperlyConfigured(f"TASKS[{alias!r}]['OPTIONS']['limits'][{queue_name!r}]: {e}") from None
+    return limits

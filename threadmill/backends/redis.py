@@ -46,6 +46,7 @@ from .base import (
 from .channel import TelemetrySubscription, publish
 from .cluster import ClusterScripts
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
+from .limits import UNLIMITED, Acquired, encode
 from .options import parse_options
 from .partitions import by_partition
 from .replication import wait_for_replicas
@@ -71,7 +72,7 @@ RELEASE_SCAN_LIMIT = 100_000
 
 
 #: The letter acknowledge.lua counts a run by, by what ended it (`outcome.ended_by`).
-_ENDED_BY = {TaskTimeout: ENDED_BY_TIME_LIMIT, TaskCancelled: ENDED_BY_ABORT}
+_ENDED_BY: dict[type[BaseException] | None, str] = {TaskTimeout: ENDED_BY_TIME_LIMIT, TaskCancelled: ENDED_BY_ABORT}
 #: Marks `acknowledge` called without a return value: the result's own is stored.
 _ON_RESULT: Any = object()
 
@@ -154,15 +155,24 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self.redis_url = params.get("REDIS_URL")
-        if not self.redis_url:
+        redis_url = params.get("REDIS_URL")
+        if not redis_url:
             raise ImproperlyConfigured(f"TASKS[{alias!r}] needs a REDIS_URL, such as 'redis://127.0.0.1:6379/0'.")
+        self.redis_url: str = redis_url
         #: Whether REDIS_URL names a node of a Redis or Valkey Cluster (redis-py's cluster client).
         self.cluster = params.get("CLUSTER", False)
         if not isinstance(self.cluster, bool):
             raise ImproperlyConfigured(f"TASKS[{alias!r}]['CLUSTER'] must be True or False, not {self.cluster!r}.")
         #: The parsed OPTIONS; `self.options` stays the mapping Django sets from them.
         self.config = parse_options(alias, params.get("OPTIONS", {}))
+        unknown = sorted(set(self.config.limits) - set(self.queues)) if self.queues else []
+        if unknown:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']['limits'] names queue(s) {', '.join(unknown)} that are not in QUEUES "
+                f"({', '.join(sorted(self.queues))})."
+            )
+        #: Each limited queue's setting as acquire reads it.
+        self._limit_texts = {name: encode(limit) for name, limit in self.config.limits.items()}
         self.schedules = parse_schedules(alias, params.get("SCHEDULE"), zoneinfo.ZoneInfo(settings.TIME_ZONE or "UTC"))
         self.keys = KeySchema(alias)
         self._client: redis.Redis | RedisCluster | None = None
@@ -204,10 +214,11 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     @property
     def scripts(self) -> RedisScripts:
         if self._scripts is None:
-            if self.cluster:
-                self._scripts = ClusterScripts(self.client, self.keys)
+            client = self.client
+            if isinstance(client, RedisCluster):
+                self._scripts = ClusterScripts(client, self.keys)
             else:
-                self._scripts = RedisScripts(self.client, self.keys)
+                self._scripts = RedisScripts(client, self.keys)
         return self._scripts
 
     # -- enqueue and results ----------------------------------------------------------
@@ -221,7 +232,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         """`enqueue` on the running event loop's own connection, without tying up a thread."""
         if self.config.fsync_enqueue or self.config.wait_replicas:
             # WAITAOF and WAIT must follow the write on the same connection: the thread path keeps one per thread.
-            return await super().aenqueue(task, args, kwargs)
+            # Django's aenqueue returns what our `enqueue` does; its stub says only TaskResult.
+            return await super().aenqueue(task, args, kwargs)  # type: ignore[return-value]
         self.validate_task(task)
         prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition())
         if prepared.partition is not None and not self._layout_checked:
@@ -435,7 +447,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         worker: str = "",
         timeout: timedelta | None = None,
         token_base: str = "",
-    ) -> list[ThreadmillTaskResult]:
+    ) -> Acquired:
         """Lease up to `count` ready tasks round-robin across `queue_names` in one atomic call.
 
         With `timeout` None this tries once; with a timedelta it polls with exponential
@@ -458,25 +470,30 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, self.config.poll_max_interval)
 
-    def _acquire_once(self, queues: list[str], count: int, worker: str, token_base: str) -> list[ThreadmillTaskResult]:
+    def _acquire_once(self, queues: list[str], count: int, worker: str, token_base: str) -> Acquired:
         shift = self._rotation % len(queues)
         self._rotation += 1
         rotated = queues[shift:] + queues[:shift]
+        limits = [self._limit_texts.get(q, UNLIMITED) for q in rotated]
         partitions = len(self.covered_partitions())
+        results = Acquired()
         if partitions == 1:
-            reply = self.scripts.acquire(rotated, count, worker, self.config.lease_ttl, token_base)
+            reply = self.scripts.acquire(rotated, count, worker, self.config.lease_ttl, token_base, limits)
+            results.hold(reply[-1])
         else:
             for partition in self.empty_hints.order(partitions):
-                reply = self.scripts_for(partition).acquire(rotated, count, worker, self.config.lease_ttl, token_base)
-                leased = (len(reply) - 2) // 6
+                reply = self.scripts_for(partition).acquire(
+                    rotated, count, worker, self.config.lease_ttl, token_base, limits, partitions
+                )
+                results.hold(reply[-1])
+                leased = (len(reply) - 3) // 6
                 self.empty_hints.came_back(partition, full=leased >= count)
                 if leased:
                     break
         now = int(reply[0]) + int(reply[1]) / 1e6
         lease_start = datetime.fromtimestamp(now, UTC)
         deadline = datetime.fromtimestamp(now + self.config.lease_ttl, UTC)
-        results = []
-        for i in range(2, len(reply), 6):
+        for i in range(2, len(reply) - 1, 6):
             task_id, data, started_at, token = reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3].decode()
             losses = reply[i + 5]
             try:
@@ -498,7 +515,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 )
         return results
 
-    def acknowledge(self, result: TaskResult, return_value: Any = _ON_RESULT) -> bool:
+    def acknowledge(self, result: ThreadmillTaskResult, return_value: Any = _ON_RESULT) -> bool:
         """Store a finished result and release its lease; False when the fence refused it.
 
         Without `return_value`, the value the result carries is stored (Django's
@@ -508,7 +525,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             return_value = return_value_of(result)
         return self.acknowledge_many([(result, return_value)])[0]
 
-    def acknowledge_many(self, outcomes: Sequence[tuple[TaskResult, Any]]) -> list[bool]:
+    def acknowledge_many(self, outcomes: Sequence[tuple[ThreadmillTaskResult, Any]]) -> list[bool]:
         """Acknowledge several finished results in one script call, each fenced by its lease token."""
         entries = []
         for result, return_value in outcomes:
@@ -569,6 +586,10 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             return False
         object.__setattr__(result, "lease_deadline", codec.moment(deadline))
         return True
+
+    def record_task_stats(self, counts: dict[str, dict[str, dict[str, int]]]) -> int:
+        """Add a worker's per-task-path counts ({queue: {path: {name: n}}}, `taskstats`) in one call on partition 0."""
+        return self.scripts.record_task_stats(counts, int(time.time() // 60)) if counts else 0
 
     def report(self, entries: Sequence[tuple[str, str, str, str, bool]]) -> list:
         """Store what running tasks reported (see `threadmill.progress`), one script call a partition.
@@ -690,7 +711,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 return reply
         logger.warning(
             "Requeue of task %s refused: it was leased again each of the %d times it was read.",
-            task_id, REQUEUE_ROUNDS,
+            task_id,
+            REQUEUE_ROUNDS,
         )
         return reply
 

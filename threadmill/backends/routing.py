@@ -29,6 +29,7 @@ from .scripts import translate_errors
 
 if TYPE_CHECKING:
     import redis
+    from redis.cluster import RedisCluster
 
     from .options import BackendOptions
     from .scripts import RedisScripts
@@ -106,9 +107,15 @@ class PartitionRouting:
     alias: str
     config: BackendOptions
     keys: KeySchema
-    scripts: RedisScripts
     cluster: bool
-    client: redis.Redis
+
+    if TYPE_CHECKING:
+        # A property of the backend: the cluster client with CLUSTER.
+        @property
+        def client(self) -> redis.Redis | RedisCluster: ...
+
+        @property
+        def scripts(self) -> RedisScripts: ...
 
     def _init_routing(self) -> None:
         self._partition_keys: dict[int, KeySchema] = {0: self.keys}
@@ -170,7 +177,7 @@ class PartitionRouting:
     def record_partitions(self) -> int:
         """Raise the alias's highest partition count to this process's `partitions`; return it.
 
-        New partitions get the paused queues of partition 0, so a pause holds on them too.
+        New partitions get the paused queues and runtime limits of partition 0, so they hold there too.
         """
         seen = translate_errors(layout.record_partitions)(
             self.client, self.keys.partitions_seen(), self.partition_count
@@ -182,10 +189,15 @@ class PartitionRouting:
 
     @translate_errors
     def _copy_paused(self, partitions: range) -> None:
+        """Copy partition 0's paused queues and runtime limits into `partitions`, keeping what they have."""
         paused = self.client.hgetall(self.keys.paused())
+        limits = self.client.hgetall(self.keys.limits())
         for partition in partitions:
+            keys = self.keys_for(partition)
             for name, document in paused.items():
-                self.client.hsetnx(self.keys_for(partition).paused(), name, document)
+                self.client.hsetnx(keys.paused(), name, document)
+            for name, value in limits.items():
+                self.client.hsetnx(keys.limits(), name, value)
 
     def next_enqueue_partition(self) -> int | None:
         """Return the partition the next enqueue call writes to, in turn; None with one partition (UUIDv7 ids)."""
@@ -222,8 +234,8 @@ class PartitionRouting:
                 )
                 waiter.start()
             if not waiter.busy:
-                keys = [self.keys_for(partition).wake(q) for q in queue_names]
-                waiter.ask(keys + [worker_key] if partition == 0 else keys, timeout_s, socket_timeout)
+                wake_keys = [self.keys_for(partition).wake(q) for q in queue_names]
+                waiter.ask(wake_keys + [worker_key] if partition == 0 else wake_keys, timeout_s, socket_timeout)
         woken = False
         try:
             reply = self._wake_replies.get(timeout=timeout_s + socket_timeout)

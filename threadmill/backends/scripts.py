@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import redis
 
 from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
+from . import taskstats
 from .base import Segment
 from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
 
@@ -211,6 +212,8 @@ class RedisScripts:
         self._live_leases = register(_source("live_leases"))
         self._scan = register(_source("scan"))
         self._pass_wake = register(_source("pass_wake"))
+        self._record_task_stats = register(_source("record_task_stats"))
+        self._limit = register(_source("limit"))
 
     def for_partition(self, keys: KeySchema) -> RedisScripts:
         """Return these scripts over another partition's keys, sharing this object's connections."""
@@ -362,16 +365,27 @@ class RedisScripts:
         return self._enqueue
 
     @translate_errors
-    def acquire(self, queue_names: Sequence[str], count: int, worker: str, lease_ttl: float, token_base: str) -> list:
+    def acquire(
+        self,
+        queue_names: Sequence[str],
+        count: int,
+        worker: str,
+        lease_ttl: float,
+        token_base: str,
+        limits: Sequence[str] = (),
+        partitions: int = 1,
+    ) -> list:
+        """Lease up to `count` tasks; `limits` is each queue's setting as `limits.encode` writes it (none: "||")."""
         k = self.keys
         keys = [k.segment(q, Segment.READY) for q in queue_names]
         keys += [k.segment(q, Segment.RUNNING) for q in queue_names]
         keys.append(k.task_prefix())
         keys += [k.wake(q) for q in queue_names]
-        keys.append(k.paused())
-        return self._run(
-            self._acquire, keys=keys, args=[len(queue_names), count, worker, lease_ttl, token_base, *queue_names]
-        )
+        keys += [k.paused(), k.limits(), k.throttled()]
+        keys += [k.lease_times(q) for q in queue_names]
+        args = [len(queue_names), count, worker, lease_ttl, token_base, *queue_names]
+        args += [*(limits or ["||"] * len(queue_names)), k.partition, partitions]
+        return self._run(self._acquire, keys=keys, args=args)
 
     @translate_errors
     def acknowledge(self, entries: Sequence[tuple], result_ttl: float, minute: int) -> list:
@@ -400,6 +414,7 @@ class RedisScripts:
             args += [marks, uniques]
         elif marks.strip("-"):
             args.append(marks)
+        keys += [k.throttled(), *(k.wake(name) for name in queues)]
         return self._run(self._acknowledge, keys=keys, args=args)
 
     @translate_errors
@@ -673,6 +688,24 @@ class RedisScripts:
         return self._run(self._report, keys=keys, args=args)
 
     @translate_errors
+    def record_task_stats(self, counts: Mapping[str, Mapping[str, Mapping[str, int]]], minute: int) -> int:
+        """Add per-task-path counts, {queue: {path: {name: increment}}}, to this minute's, hour's and total hashes."""
+        k = self.keys
+        keys: list[str] = []
+        args: list[Any] = [taskstats.HISTORY_TTL_S, taskstats.PATH_CAP, taskstats.OTHER_PATH]
+        for queue_name, paths in counts.items():
+            keys += [
+                k.task_stats(queue_name, f"m{minute}"), k.task_stats(queue_name, f"h{minute // 60}"),
+                k.task_stats(queue_name, "total"), k.task_paths(queue_name),
+            ]  # fmt: skip
+            args.append(len(paths))
+            for path, named in paths.items():
+                args += [path, len(named)]
+                for name, by in named.items():
+                    args += [name, by]
+        return self._run(self._record_task_stats, keys=keys, args=args)
+
+    @translate_errors
     def cancel(
         self, task_id: str, queue_name: str, segment: str, document: str, result_ttl: float, request: str, minute: int
     ) -> int:
@@ -735,6 +768,14 @@ class RedisScripts:
         return self._run(
             self._resume, keys=[k.paused(), k.segment(queue_name, Segment.READY), k.wake(queue_name)], args=[queue_name]
         )
+
+    @translate_errors
+    def limit(self, queue_name: str, given: str | None, by: str) -> bytes | None:
+        """Store the `given` parts of a queue's runtime limits ("c|n|period", empty parts kept), or clear them (None)."""
+        k = self.keys
+        keys = [k.limits(), k.segment(queue_name, Segment.READY), k.wake(queue_name)]
+        args = [queue_name, "clear", "", by] if given is None else [queue_name, "set", given, by]
+        return self._run(self._limit, keys=keys, args=args)
 
     @translate_errors
     def take_control(self, workers: Sequence[str]) -> list:

@@ -12,6 +12,7 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "threadmill.cli.status",
     "pause": "threadmill.cli.pause",
     "resume": "threadmill.cli.resume",
+    "limit": "threadmill.cli.limit",
     "quiet": "threadmill.cli.quiet",
     "stop": "threadmill.cli.stop",
     "requeue-orphaned": "threadmill.cli.requeue_orphaned",

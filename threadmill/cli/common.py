@@ -10,6 +10,7 @@ from django.core.management.base import CommandError
 from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
+from ..backends.redis import RedisTaskBackend
 from ..exceptions import BackendConnectionError, LayoutVersionError
 
 #: First pause before trying an unreachable server again at start, seconds.
@@ -39,7 +40,7 @@ def seconds(text: str) -> float:
     return value
 
 
-def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], None] | None = None):
+def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], None] | None = None) -> RedisTaskBackend:
     """Return the Threadmill backend of `alias`, reachable, its data layout checked; CommandError naming what is wrong otherwise.
 
     An unreachable server (down, restarting, still loading its data) is tried again for up to
@@ -51,7 +52,7 @@ def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], Non
         raise CommandError(
             f"Unknown task backend {alias!r}; TASKS defines {', '.join(sorted(task_backends.settings))}."
         ) from None
-    if not hasattr(backend, "acquire"):
+    if not isinstance(backend, RedisTaskBackend):
         raise CommandError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")
     deadline, pause, told = time.monotonic() + wait_s, START_RETRY_PAUSE_S, False
     while True:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import secrets
 import select
@@ -120,6 +121,8 @@ class StopSignals:
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     """Start everything, print the URL, and wait for Ctrl-C or SIGTERM; return the exit code."""
+    if importlib.util.find_spec("daphne") is None:
+        raise CommandError("threadmill run serves the console with daphne: pip install 'threadmill[console]'.")
     signals = StopSignals()
     signals.install()
     valkey = _start_valkey(command, options)

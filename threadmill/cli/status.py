@@ -1,7 +1,8 @@
 """`manage.py threadmill status [--json]`: queues and live workers, for a terminal or a script.
 
 Exit code 1 when a queue that is not paused has ready tasks and no live worker serves it:
-the state in which nothing will ever run them.
+the state in which nothing will ever run them. A throttled queue (its limits hold its ready
+tasks back) is not stuck: it says so, and does not change the exit code.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def collect(backend, now: float) -> dict[str, Any]:
     paused = backend.paused_queues()
     workers = backend.live_workers()
     totals = backend.totals()
+    limits = backend.queue_limits(list(stats))
     queues = []
     for name, counts in stats.items():
         serving = [w["worker"] for w in workers if name in w.get("queues", ())]
@@ -58,9 +60,21 @@ def collect(backend, now: float) -> dict[str, Any]:
                 "workers": len(serving),
                 "unserved": bool(counts[Segment.READY]) and not serving and pause is None,
                 "totals": totals.get(name, {}),
+                "limits": limits[name].limit.as_json(),
+                "throttled": limits[name].throttled,
+                "throttle": _throttle(limits[name]),
             }
         )
     return {"backend": backend.alias, "queues": queues, "workers": [_worker(w) for w in workers]}
+
+
+def _throttle(state) -> str | None:
+    """Return what holds a throttled queue back, in words; None when nothing does."""
+    if not state.throttled:
+        return None
+    if state.at_concurrency:
+        return f"throttled: {state.running}/{state.limit.concurrency} running"
+    return f"rate limited, next in {state.next_token_s:.1f} s"
 
 
 def _worker(document: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +89,7 @@ def render(status: dict[str, Any]) -> str:
     queue_rows = [["queue", "ready", "deferred", "running", "failed", "unreadable", "latency", "workers", "note"]]
     for q in status["queues"]:
         note = "paused by {by}".format(**q["paused"]) if q["paused"] else "NO LIVE WORKER" if q["unserved"] else ""
+        note = note or q["throttle"] or ""
         latency = "-" if q["latency_s"] is None else f"{q['latency_s']:.1f} s"
         queue_rows.append(
             [

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from typing import TYPE_CHECKING, cast
 
 from django.tasks import task_backends
 
@@ -24,6 +25,9 @@ from ..identity import name_this_process
 from ..telemetry import TelemetryPublisher
 from .config import EXIT_INTERRUPTED, WorkerConfig
 from .process import Phase, WorkerProcess
+
+if TYPE_CHECKING:
+    from ..backends.redis import RedisTaskBackend
 
 logger = logging.getLogger("threadmill.worker")
 
@@ -50,7 +54,8 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int, incarnation: s
     # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes one
     # stop on, so a single Ctrl-C is never taken for the second one that means "now".
     os.setpgid(0, 0)
-    backend = task_backends.create_connection(config.backend)
+    # The worker command checked that the alias is a Threadmill backend (`threadmill_backend`).
+    backend = cast("RedisTaskBackend", task_backends.create_connection(config.backend))
     process = WorkerProcess(backend, config, name_this_process(incarnation), kill_at)
     stopping = Stopping(process)
     _install_signal_handlers(process, stopping)

@@ -19,12 +19,13 @@ from ..backends.base import ThreadmillTaskResult, time_limit_s
 from ..outcome import error_of, mark_failed, runs_alone
 from ..progress import running
 from .executor import Executor, Outcome
+from .host import ProcessHost
 from .state import Buffered, Phase
 
 logger = logging.getLogger("threadmill.worker")
 
 
-class Consumers:
+class Consumers(ProcessHost):
     """Mixed into `WorkerProcess`: the consumer threads' loop, from a buffered task to its outcome.
 
     Uses the process's buffer, `running`, `outcomes`, `unstarted`, its lock and both conditions.
@@ -39,14 +40,14 @@ class Consumers:
                 with lock:
                     if outcome is not None:
                         self._finish(outcome, ran_s)
-                    outcome = result = None
-                    while result is None:
+                    outcome = result = entry = None
+                    while entry is None:
                         if not buffer or self._held_back():
                             if not self._wait_for_tasks():
                                 return
                             executor.idle = True
                         entry = self._take_runnable(buffer.popleft())
-                        result = None if entry is None else entry.result
+                    result = entry.result
                     self.running[result.lease_token] = result
                     if runs_alone(result):
                         self._alone = result.lease_token
@@ -122,7 +123,7 @@ class Consumers:
         self.done += 1
         if not self.outcomes:
             self._outcomes_since = time.monotonic()
-        self.outcomes.append(outcome)
+        self.outcomes.append(outcome._replace(ran_s=ran_s))
         if len(self.outcomes) >= self.ack_batch or self.phase is Phase.STOPPING:
             self._has_work.notify()
 

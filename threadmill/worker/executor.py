@@ -42,17 +42,19 @@ logger = logging.getLogger("threadmill.worker")
 
 
 class Outcome(NamedTuple):
-    """A finished task: its result (status set), its return value and, to retry it, the delay."""
+    """A finished task: its result (status set), its return value, to retry it the delay, and its run time."""
 
     result: ThreadmillTaskResult
     return_value: Any
     retry_after: timedelta | None
+    #: Seconds the run took, timed by its consumer (0 for a task that never started).
+    ran_s: float = 0.0
 
 
 class Executor:
     """Runs tasks on the calling thread, firing Django's task signals around each one."""
 
-    def __init__(self, sender: type, watchdog: Watchdog | None = None) -> None:
+    def __init__(self, sender: type, watchdog: Watchdog) -> None:
         self.sender = sender
         self.watchdog = watchdog
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -95,7 +97,7 @@ class Executor:
         if loop is None or running is None:
             return
         try:
-            loop.call_soon_threadsafe(loop.call_later, grace_s, running.cancel)
+            loop.call_soon_threadsafe(lambda: loop.call_later(grace_s, running.cancel))
         except RuntimeError:  # the loop closed meanwhile: the run is over
             pass
 

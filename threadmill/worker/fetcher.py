@@ -40,6 +40,7 @@ from ..outcome import cancelled_error, mark_failed, record_abandoned
 from ..progress import PendingReport
 from .aborts import ABORT_CHECK_INTERVAL_S
 from .executor import Outcome
+from .host import ProcessHost
 from .prefetch import SHED_FACTOR
 from .state import Buffered, Phase
 
@@ -75,11 +76,12 @@ class Work:
     lease: int = 0
     wait_for_wake: bool = False
     pass_wake: bool = False
+    #: Send the per-task-path counts (`taskstats.py`).
+    send_stats: bool = False
     last: bool = False
 
 
-
-class Fetcher:
+class Fetcher(ProcessHost):
     """Mixed into `WorkerProcess`: the fetcher thread's loop, one turn of server calls at a time.
 
     Uses all of the process's shared state, under its lock; the server calls run outside it.
@@ -92,6 +94,7 @@ class Fetcher:
                 if work.last:
                     self.left_leases = not done
                     break
+            self._send_last_task_stats()
         except Exception:
             logger.exception(
                 "A call to the server failed on queues %s; this worker process stops.", ", ".join(self.config.queues)
@@ -141,6 +144,8 @@ class Fetcher:
             work.outcomes, self.outcomes = self.outcomes, []
         if self.reports:
             work.reports = self.reports.due(now, {o.result.lease_token for o in work.outcomes})
+        if self.task_stats and now >= self.task_stats.next_send_at:
+            work.send_stats = True
         if now >= self._next_abort_check_at and self.running:
             work.abort_check = self._abort_candidates()
             if work.abort_check:
@@ -152,10 +157,12 @@ class Fetcher:
             self._woken, work.pass_wake = False, not work.lease
         if (
             work.release or work.outcomes or work.reports or work.abort_check or work.lease or work.pass_wake
-            or self._unanswered
+            or work.send_stats or self._unanswered
         ):  # fmt: skip
             return work
-        if self._idle and self.phase is Phase.FETCHING:
+        # With counts still to send, an idle process first waits for their turn (on the lock, not
+        # on the wake lists), so they reach the server within FLUSH_INTERVAL_S.
+        if self._idle and self.phase is Phase.FETCHING and not self.task_stats:
             # The fetch after the wait comes at once, whether a token or the timeout ended it.
             self._idle, self._next_fetch_at, self._woken = False, 0.0, True
             work.wait_for_wake = True
@@ -244,6 +251,8 @@ class Fetcher:
             deadlines.append(now + ACK_DELAY_S)
         elif self.phase is Phase.FETCHING:
             deadlines.append(self._next_fetch_at)
+        if self.task_stats:
+            deadlines.append(max(self.task_stats.next_send_at, self._offline_until))
         deadline = min(deadlines)
         return None if deadline == float("inf") else max(0.0, deadline - now)
 
@@ -271,11 +280,14 @@ class Fetcher:
             if work.interrupted:
                 self._hand_back_interrupted(work.interrupted)
                 self._settled_leases(len(work.interrupted))
+            if work.send_stats:
+                self._send_task_stats(time.monotonic())
+                work.send_stats = False
             if work.lease:
                 self._lease(work.lease)
                 work.lease = 0
             if work.wait_for_wake:
-                self.backend.wait_for_tasks(self.config.queues, self.name, IDLE_WAIT_S)
+                self.backend.wait_for_tasks(self.config.queues, self.name, self._idle_wait_s)
             if work.pass_wake:
                 self.backend.pass_wake_on(self.config.queues)
         except ServerUnreachable as e:
@@ -335,16 +347,28 @@ class Fetcher:
             self.unsettled += len(results)
             if results and (self.phase is Phase.STOPPING or epoch != self.trust_epoch):
                 # The reply came after stop() emptied the buffer, or after a heartbeat gap: hand them back.
-                logger.info("%d tasks leased by a call answered after %s go back to ready.", len(results),
-                            "the stop" if self.phase is Phase.STOPPING else "a heartbeat gap")
+                logger.info(
+                    "%d tasks leased by a call answered after %s go back to ready.",
+                    len(results),
+                    "the stop" if self.phase is Phase.STOPPING else "a heartbeat gap",
+                )
                 self.unstarted.extend(results)
             elif results:
                 self._poll_pause = self.backend.config.poll_interval
                 self.buffer.extend(Buffered(result, expires, epoch) for result in results)
                 self._has_tasks.notify(len(results))
-            elif not self.holds_leases and not self.config.exit_empty:
-                # Nothing ready and nothing held: wait on the server, woken by the next enqueue.
+            elif not self.holds_leases and (results.held_back or not self.config.exit_empty):
+                # Nothing leased and nothing held: wait on the server, woken by the next enqueue, by an
+                # acknowledgement that frees a slot of a held-back queue, or when its next rate token is due.
                 self._idle, self._next_fetch_at = True, float("inf")
+                self._idle_wait_s = (
+                    IDLE_WAIT_S if results.next_token_s is None else min(IDLE_WAIT_S, results.next_token_s)
+                )
+            elif results.next_token_s is not None:
+                # Tasks run here and a rate holds the rest back: fetch again when its next token is due,
+                # or sooner (as a poll would), for the other queues' tasks.
+                wait_s = min(results.next_token_s, self.backend.config.poll_max_interval)
+                self._next_fetch_at = time.monotonic() + wait_s
             else:
                 # Tasks still run here: poll, so their acknowledgements are not held up by a wait.
                 self._next_fetch_at = time.monotonic() + self._poll_pause
@@ -353,7 +377,7 @@ class Fetcher:
                 if self.budget is not None and self.budget <= 0:
                     self.recycled = True
                     self._enter(Phase.DRAINING)
-                elif not results and self.config.exit_empty:
+                elif not results and self.config.exit_empty and not results.held_back:
                     self._enter(Phase.DRAINING)
 
     def _write_reports(self, pending: list[PendingReport]) -> None:
@@ -363,13 +387,36 @@ class Fetcher:
             pending = self.reports.written(pending, replies, time.monotonic())
 
     def _settle(self, outcomes: list[Outcome]) -> None:
-        """Acknowledge finished tasks and requeue the ones to retry."""
-        acknowledged = [(o.result, o.return_value) for o in outcomes if o.retry_after is None]
-        if acknowledged:
-            self.backend.acknowledge_many(acknowledged)
+        """Acknowledge finished tasks and requeue the ones to retry; count what the server accepted."""
+        finished = [o for o in outcomes if o.retry_after is None]
+        stats = self.task_stats
+        if finished:
+            accepted = self.backend.acknowledge_many([(o.result, o.return_value) for o in finished])
+            for outcome, ok in zip(finished, accepted, strict=True):
+                if ok:
+                    stats.add(outcome, False)
         for outcome in outcomes:
             if outcome.retry_after is not None:
-                self.backend.requeue(outcome.result, run_after=outcome.retry_after)
+                if self.backend.requeue(outcome.result, run_after=outcome.retry_after):
+                    stats.add(outcome, True)
+
+    def _send_last_task_stats(self) -> None:
+        """Once the fetcher is done: send what is still counted, or say it is lost if the server is away."""
+        if not self.task_stats:
+            return
+        try:
+            self._send_task_stats(time.monotonic())
+        except ServerUnreachable as e:
+            logger.info("The last per-task counts of this process were not sent: %s", e)
+
+    def _send_task_stats(self, now: float) -> None:
+        """Send the per-task-path counts when due (at most once every FLUSH_INTERVAL_S); kept if the server is away."""
+        counts = self.task_stats.take(now)
+        try:
+            self.backend.record_task_stats(counts)
+        except ServerUnreachable:
+            self.task_stats.put_back(counts)
+            raise
 
     def _hand_back_interrupted(self, results: list[ThreadmillTaskResult]) -> None:
         because = (

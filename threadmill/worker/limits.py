@@ -21,13 +21,14 @@ from ..backends.base import ThreadmillTaskResult
 from ..exceptions import TaskCancelled, TaskTimeout
 from ..outcome import error_of, mark_failed, retry_delay
 from .executor import Outcome
+from .host import ProcessHost
 from .state import Phase
 from .watchdog import Armed
 
 logger = logging.getLogger("threadmill.worker")
 
 
-class TimeLimits:
+class TimeLimits(ProcessHost):
     """Mixed into `WorkerProcess`: covers a bounded run's lease and replaces the process when a run outlives its grace.
 
     Uses the process's `backend`, `watchdog`, `running`, `aborted`, `outcomes`, its lock,

@@ -63,6 +63,7 @@ from .limits import TimeLimits
 from .prefetch import Prefetch
 from .state import Buffered, Phase
 from .suspects import Suspects
+from .taskstats import TaskStatsCounts
 from .trust import HEARTBEAT_TRUST_SHARE, HeartbeatTrust
 from .watchdog import Watchdog
 
@@ -108,6 +109,8 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         self.unstarted: list[ThreadmillTaskResult] = []
         #: What running tasks reported (`threadmill.set_progress`, `set_metadata`), written by the fetcher.
         self.reports = TaskReports()
+        #: Per-task-path counts of acknowledged attempts not yet sent (`taskstats.py`), used by the fetcher only.
+        self.task_stats = TaskStatsCounts()
         self.done = 0
         self.consumers_alive = 0
         self.recycled = False
@@ -146,6 +149,8 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         self._alone = ""
         #: Set when an acquire found nothing and nothing is held: block on the wake lists next.
         self._idle = False
+        #: How long the next idle wait may block: IDLE_WAIT_S, or until a held-back queue's next rate token.
+        self._idle_wait_s = IDLE_WAIT_S
         #: Set while the turn after a wait has not fetched: a token it took is passed on if it will not.
         self._woken = False
         self._lock = threading.Lock()

@@ -21,6 +21,7 @@ import os
 import signal
 import time
 from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -53,7 +54,7 @@ class Supervisor:
         self.backend = backend
         self.config = config
         self.broker = RedisBroker(backend, list(config.queues))
-        self.children: dict[int, tuple[multiprocessing.Process, float]] = {}
+        self.children: dict[int, tuple[BaseProcess, float]] = {}
         #: Each slot's kill moment, monotonic seconds in shared memory its process keeps (infinity: none).
         self.kill_at: dict[int, Any] = {}
         #: Each slot's worker process name (`host:pid:incarnation`), as its leases and heartbeats carry it.
@@ -137,6 +138,8 @@ class Supervisor:
         for name, command in self.backend.take_control(list(slots)).items():
             slot = slots[name]
             pid = self.children[slot][0].pid
+            if pid is None:  # never so: a child is listed once started
+                continue
             if command == "stop":
                 logger.info("An operator stops worker process %s; it is not replaced.", name)
                 self._retired.add(slot)

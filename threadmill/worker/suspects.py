@@ -11,11 +11,12 @@ import logging
 
 from ..backends.base import ThreadmillTaskResult
 from ..outcome import runs_alone
+from .host import ProcessHost
 
 logger = logging.getLogger("threadmill.worker")
 
 
-class Suspects:
+class Suspects(ProcessHost):
     """Mixed into `WorkerProcess`: the consumers' part in blaming a lost worker on the right task.
 
     Uses the process's `backend`, `buffer`, `running`, `_alone` and `_drop_unstarted`.

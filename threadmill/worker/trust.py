@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
+from .host import ProcessHost
 from .state import Buffered
 
 logger = logging.getLogger("threadmill.worker")
@@ -27,7 +28,7 @@ logger = logging.getLogger("threadmill.worker")
 HEARTBEAT_TRUST_SHARE = 0.5
 
 
-class HeartbeatTrust:
+class HeartbeatTrust(ProcessHost):
     """Mixed into `WorkerProcess`: distrusts its buffer after a heartbeat gap.
 
     Uses the process's `heartbeat_confirmed_at`, `trust_epoch`, `trust_s`, `buffer`,

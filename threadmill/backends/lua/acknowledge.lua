@@ -12,6 +12,8 @@
 -- KEYS[3m+3i-2] (hash) task i
 -- KEYS[3m+3i-1] (zset) task i's running segment
 -- KEYS[3m+3i]   (zset) task i's finished segment (successful or failed; score: finish time)
+-- KEYS[3m+3n+1] (hash) queues whose ready tasks acquire held back at their concurrency limit
+-- KEYS[3m+3n+1+j] (list) queue j's wake list: a released lease of a held-back queue wakes an idle worker
 -- ARGV[1] (number) result time to live, seconds (also trims the finished segment)
 -- ARGV[2] (number) seconds a per-minute counter lives
 -- ARGV[3] (string) telemetry channel
@@ -45,7 +47,7 @@ local ended = {t = {}, a = {}}  -- per queue: runs a time limit ("t") or an abor
 for j = 1, m do
   out[j], failed[j], ended.t[j], ended.a[j] = 0, 0, 0, 0
 end
-local n = (#KEYS - 3 * m) / 3
+local n = math.floor((#ARGV - 5 - m) / 5)
 local marks = ARGV[6 + m + 5 * n] or ''
 local uniques = ARGV[7 + m + 5 * n] or ''
 for i = 1, n do
@@ -115,6 +117,11 @@ for j = 1, m do
       redis.call('HINCRBY', KEYS[3 * j], 'aborted', ended.a[j])
     end
     redis.call(publish, ARGV[3], '{"type":"egress","queue":' .. cjson.encode(ARGV[5 + j]) .. ',"count":' .. out[j] .. '}')
+    -- A slot freed: one token for a worker that waits on this queue because acquire held it back.
+    local wake = KEYS[3 * m + 3 * n + 1 + j]
+    if redis.call('HDEL', KEYS[3 * m + 3 * n + 1], ARGV[5 + j]) == 1 and redis.call('LLEN', wake) == 0 then
+      redis.call('LPUSH', wake, '1')
+    end
   end
 end
 return accepted

@@ -6,19 +6,33 @@
 -- KEYS[2n+2..3n+1] (list) the matching wake lists: when a full batch leaves tasks behind, a
 --               token is passed on so one more idle worker wakes (a chain, not a herd)
 -- KEYS[3n+2]    (hash)   paused queues: a paused queue is skipped in this same call
+-- KEYS[3n+3]    (hash)   runtime limits: queue name -> "concurrency|rate count|rate period s", an empty
+--               part taking the setting's (ARGV)
+-- KEYS[3n+4]    (hash)   queues held back at their concurrency limit with tasks ready (acknowledge wakes
+--               an idle worker for them when it frees a slot, and clears the flag)
+-- KEYS[3n+4+q]  (list)   queue q's last lease times, newest first: its rate's tokens (limits.py)
 -- ARGV[1] (number) n, the number of queues
 -- ARGV[2] (number) count, the most tasks to lease
 -- ARGV[3] (string) worker holding the lease
 -- ARGV[4] (number) lease time to live, seconds
 -- ARGV[5] (string) fencing token base; each lease's token is base .. ':' .. i, unique per lease
 -- ARGV[6..5+n] (string) the queue names, in KEYS order
+-- ARGV[6+n..5+2n] (string) each queue's limits from the settings, "concurrency|rate count|rate period s"
+-- ARGV[6+2n] (number) this partition's index p; ARGV[7+2n] (number) the partition count P: a limit N
+--               allows this partition N // P, plus 1 when p < N % P
+-- A queue's concurrency counts its running segment (every lease); its rate admits at most N leases in
+-- any window of one period, by the lease times kept (at most N: a bucket of N tokens, each coming back
+-- one period after it was spent). A limited queue leases at most its room, so it never starves the
+-- other queues of the call.
 -- The running segments are written once per queue a call (one ZADD of every lease), not once
 -- per task: each command a script runs costs the server bridging on top of its own work.
 -- A suspect (a task that was in a lost worker's lease: its hash has `worker_losses`) is leased
 -- with `progress` "<token> leased": its worker records its start and finish (record_progress),
 -- so recovery blames a later loss exactly. Any other task costs one more HMGET field, nothing else.
 -- Returns: {server_seconds, server_microseconds, id1, data1, started_at1, token1, queue_index1,
---           worker_losses1 (false unless a suspect), id2, ...}
+--           worker_losses1 (false unless a suspect), id2, ..., held}; held is "" when no queue has ready tasks
+--           a limit held back, "-1" when only concurrency did (a freed slot wakes a waiter), else the
+--           seconds until the first of their rate tokens comes back
 local n = tonumber(ARGV[1])
 local count = tonumber(ARGV[2])
 local worker = ARGV[3]
@@ -31,6 +45,8 @@ local now_text = string.format('%.6f', now)
 local deadline = now + ttl
 local out = {time[1], time[2]}
 local leased = 0
+local taken = {}  -- queue index -> leases this call
+local held = ''
 local deadline_text = string.format('%.6f', deadline)
 local running = {}  -- queue index -> {deadline, id, deadline, id, ...}
 
@@ -41,6 +57,7 @@ local function lease(id, q)
     return
   end
   leased = leased + 1
+  taken[q] = (taken[q] or 0) + 1
   local token = base .. ':' .. leased
   local started = fields[2]
   if not started then
@@ -81,11 +98,106 @@ end
 
 local paused = redis.call('HMGET', KEYS[3 * n + 2], unpack(ARGV, 6, 5 + n))
 
+-- Limits: room[q] is how many queue q may lease now (nil: no limit); concurrency_room[q] and
+-- rate_of[q] = {tokens share, period} say which limit it was.
+local partition, partitions = tonumber(ARGV[6 + 2 * n]), tonumber(ARGV[7 + 2 * n])
+local runtime = redis.call('HMGET', KEYS[3 * n + 3], unpack(ARGV, 6, 5 + n))
+local room, concurrency_room, rate_of = {}, {}, {}
+
+local function share(total)
+  local whole = math.floor(total / partitions)
+  return partition < total - whole * partitions and whole + 1 or whole
+end
+
+-- The number of lease times in `list` (newest first) after `cutoff`: a binary search, then the older
+-- ones are dropped (they never count again).
+local function live_times(list, cutoff)
+  local length = redis.call('LLEN', list)
+  if length == 0 or tonumber(redis.call('LINDEX', list, 0)) <= cutoff then
+    return 0
+  end
+  if tonumber(redis.call('LINDEX', list, -1)) > cutoff then
+    return length
+  end
+  local lo, hi = 1, length - 1  -- the first index at or before the cutoff lies in [lo, hi]
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if tonumber(redis.call('LINDEX', list, mid)) > cutoff then
+      lo = mid + 1
+    else
+      hi = mid
+    end
+  end
+  redis.call('LTRIM', list, 0, lo - 1)
+  return lo
+end
+
+for q = 1, n do
+  local setting, stored = ARGV[5 + n + q], runtime[q]
+  if not paused[q] and (setting ~= '||' or stored) then
+    local c, r, p = string.match(setting, '^([^|]*)|([^|]*)|([^|]*)$')
+    if stored then
+      local sc, sr, sp = string.match(stored, '^([^|]*)|([^|]*)|([^|]*)$')
+      if sc ~= '' then c = sc end
+      if sr ~= '' then r, p = sr, sp end
+    end
+    if c ~= '' then
+      concurrency_room[q] = math.max(0, share(tonumber(c)) - redis.call('ZCARD', KEYS[n + q]))
+      room[q] = concurrency_room[q]
+    end
+    if r ~= '' then
+      local tokens, period = share(tonumber(r)), tonumber(p)
+      rate_of[q] = {tokens, period}
+      local left = tokens - live_times(KEYS[3 * n + 4 + q], now - period)
+      if not room[q] or left < room[q] then
+        room[q] = left
+      end
+    end
+  end
+end
+
+local function full(q)
+  return room[q] ~= nil and (taken[q] or 0) >= room[q]
+end
+
+-- After leasing: note each limited queue that still has ready tasks it may not lease, spend its rate tokens.
+local function record_limits()
+  local wait = nil
+  for q, left in pairs(room) do
+    local rate = rate_of[q]
+    if rate and (taken[q] or 0) > 0 then
+      local list, times = KEYS[3 * n + 4 + q], {}
+      for i = 1, taken[q] do
+        times[i] = now_text
+      end
+      for first = 1, #times, 500 do
+        redis.call('LPUSH', list, unpack(times, first, math.min(first + 499, #times)))
+      end
+      redis.call('LTRIM', list, 0, rate[1] - 1)
+      redis.call('PEXPIRE', list, math.ceil(rate[2] * 1000))
+    end
+    if (taken[q] or 0) >= left and redis.call('ZCARD', KEYS[q]) > 0 then
+      if concurrency_room[q] and (taken[q] or 0) >= concurrency_room[q] then
+        redis.call('HSET', KEYS[3 * n + 4], ARGV[5 + q], '1')
+        wait = wait or -1
+      end
+      if rate and redis.call('LLEN', KEYS[3 * n + 4 + q]) >= rate[1] then
+        local oldest = tonumber(redis.call('LINDEX', KEYS[3 * n + 4 + q], rate[1] - 1))
+        local next_in = math.max(0.001, oldest + rate[2] - now)
+        if not wait or wait < 0 or next_in < wait then
+          wait = next_in
+        end
+      end
+    end
+  end
+  held = wait and (wait < 0 and '-1' or string.format('%.3f', wait)) or ''
+end
+
 local function pass_the_token_on()
   for q = 1, n do
     -- The wake list first: during a drain a token nobody took is still there, and that ends it.
     local wake = KEYS[2 * n + 1 + q]
-    if not paused[q] and redis.call('LLEN', wake) == 0 and redis.call('ZCARD', KEYS[q]) > 0 then
+    if not paused[q] and not full(q) and redis.call('LLEN', wake) == 0 and redis.call('ZCARD', KEYS[q]) > 0 then
       redis.call('LPUSH', wake, '1')
       return
     end
@@ -94,23 +206,27 @@ end
 
 if n == 1 then
   if paused[1] then
+    out[#out + 1] = held
     return out
   end
-  local popped = redis.call('ZPOPMIN', KEYS[1], count)
+  local want = room[1] and math.min(count, room[1]) or count
+  local popped = want > 0 and redis.call('ZPOPMIN', KEYS[1], want) or {}
   for i = 1, #popped, 2 do
     lease(popped[i], 1)
   end
   record_leases()
+  record_limits()
   if #popped == 2 * count then
     pass_the_token_on()
   end
+  out[#out + 1] = held
   return out
 end
 
 local live = {}
 local remaining = 0
 for q = 1, n do
-  live[q] = not paused[q]
+  live[q] = not paused[q] and not full(q)
   if live[q] then
     remaining = remaining + 1
   end
@@ -124,12 +240,18 @@ while leased < count and remaining > 0 do
         remaining = remaining - 1
       else
         lease(popped[1], q)
+        if full(q) then
+          live[q] = false
+          remaining = remaining - 1
+        end
       end
     end
   end
 end
 record_leases()
+record_limits()
 if remaining > 0 then
   pass_the_token_on()
 end
+out[#out + 1] = held
 return out

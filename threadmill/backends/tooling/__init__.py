@@ -2,7 +2,7 @@
 
 Each concern of `threadmill.api` has its backend half in the module of the same name:
 `queues` (queue names, pages, one task), `actions` (requeue, delete, purge, cancel), `workers`
-(heartbeats), `controls` (paused queues, worker commands), `schedules`, `history`
+(heartbeats), `controls` (paused queues, runtime limits, worker commands), `schedules`, `history`
 (per-minute series) and `metrics` (counts and counters); `host` declares what they use of
 the backend. `RedisTooling` is mixed into `RedisTaskBackend`; the console reaches it only
 through `threadmill.api`. Reads take one round trip a page, whatever a segment's depth;
@@ -12,7 +12,7 @@ every write is one Lua script.
 from __future__ import annotations
 
 from .actions import CANCEL_ROUNDS, DELETE_ROUNDS, REQUEUE_ROUNDS, ActionTooling, CancelOutcome
-from .controls import WORKER_COMMANDS, ControlTooling
+from .controls import WORKER_COMMANDS, ControlTooling, LimitState
 from .history import HISTORY_MINUTES, HistoryTooling
 from .metrics import MetricsTooling
 from .queues import NEWEST_FIRST, QueueTooling
@@ -30,6 +30,7 @@ __all__ = [
     "CancelOutcome",
     "ControlTooling",
     "HistoryTooling",
+    "LimitState",
     "MetricsTooling",
     "QueueTooling",
     "RedisTooling",
@@ -39,6 +40,12 @@ __all__ = [
 
 
 class RedisTooling(
-    QueueTooling, ActionTooling, WorkerTooling, ControlTooling, ScheduleTooling, HistoryTooling, MetricsTooling
+    QueueTooling,
+    ActionTooling,
+    WorkerTooling,
+    ControlTooling,
+    ScheduleTooling,
+    HistoryTooling,
+    MetricsTooling,
 ):
-    """Every tooling call of the backend: paging, acting on tasks, worker heartbeats, controls, schedules, counts."""
+    """Every tooling call of the backend: paging, acting on tasks, worker heartbeats, controls, limits, schedules, counts."""

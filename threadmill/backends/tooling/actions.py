@@ -190,7 +190,7 @@ class ActionTooling(ToolingHost):
         worker_name = codec.text(worker)
         try:
             result = codec.decode(
-                data,
+                data or b"",
                 Segment.RUNNING,
                 started_at=started_at,
                 lease_worker=worker_name,
@@ -295,7 +295,7 @@ class ActionTooling(ToolingHost):
             if fields[1] is None or fields[2] is None or queue_name not in (None, fields[1].decode()):
                 return CancelOutcome.UNKNOWN
             queue_name, segment = fields[1].decode(), fields[2].decode()
-            document = ""
+            document: str | None = ""
             if segment in ("ready", "deferred"):
                 document = self._cancelled_document(task_id, fields[0], Segment(segment), by, now)
                 if document is None:

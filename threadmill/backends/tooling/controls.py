@@ -1,7 +1,9 @@
-"""The backend's half of `threadmill.api.controls`: paused queues, and commands waiting for worker supervisors.
+"""The backend's half of `threadmill.api.controls`: paused queues, runtime limits, and commands waiting for worker supervisors.
 
-A pause is copied into every partition (acquire reads it in its own slot); a worker command
-waits in one hash until its worker's supervisor takes it, in one script.
+A pause and a runtime limit are copied into every partition (acquire reads them in its own
+slot; a limit is the whole queue's value in each, acquire takes the partition's share of it,
+`limits.share`); a worker command waits in one hash until its worker's supervisor takes it,
+in one script.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..base import PausedQueue
+from ..base import PausedQueue, Segment
+from ..limits import NO_LIMIT, LimitError, QueueLimit, Rate, check_partitions, decode, encode, overlay, share
 from ..scripts import translate_errors
 from .host import ToolingHost
 
@@ -20,8 +24,37 @@ from .host import ToolingHost
 WORKER_COMMANDS = ("quiet", "stop")
 
 
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """A queue's limits (the setting's, the runtime's, the ones in force) and what they hold back now.
+
+    `next_token_s` is None while the rate has a token left in some partition (or there is no rate).
+    """
+
+    setting: QueueLimit
+    runtime: QueueLimit
+    set_by: str | None
+    set_since: datetime | None
+    ready: int
+    running: int
+    next_token_s: float | None
+
+    @property
+    def limit(self) -> QueueLimit:
+        return overlay(self.setting, self.runtime)
+
+    @property
+    def at_concurrency(self) -> bool:
+        return self.limit.concurrency is not None and self.running >= self.limit.concurrency
+
+    @property
+    def throttled(self) -> bool:
+        """Whether the queue has ready tasks its limits hold back: full concurrency or no rate token left."""
+        return self.ready > 0 and (self.at_concurrency or self.next_token_s is not None)
+
+
 class ControlTooling(ToolingHost):
-    """Pausing and resuming queues, and sending worker processes the commands quiet and stop."""
+    """Pausing and resuming queues, their runtime limits, and sending worker processes the commands quiet and stop."""
 
     def pause(self, queue_name: str, *, by: str = "") -> bool:
         """Stop workers acquiring the queue's tasks (enqueues still land); False when it was paused already.
@@ -66,6 +99,64 @@ class ControlTooling(ToolingHost):
                     paused[name.decode()] = PausedQueue(str(document["by"]), since)
         return paused
 
+    def set_limit(
+        self, queue_name: str, *, concurrency: int | None = None, rate: Rate | None = None, by: str = ""
+    ) -> QueueLimit:
+        """Set the given parts of a queue's runtime limits in every partition; return the limits in force.
+
+        Raises LimitError when a part is below the partition count (a partition would get no share).
+        """
+        if concurrency is None and rate is None:
+            raise LimitError("Give a concurrency, a rate or both.")
+        given = QueueLimit(concurrency, rate)
+        partitions = self.covered_partitions(fresh=True)
+        check_partitions(given, len(partitions))
+        for partition in partitions:
+            stored = self.scripts_for(partition).limit(queue_name, encode(given), by)
+        return overlay(self.config.limits.get(queue_name, NO_LIMIT), decode(stored))
+
+    def clear_limit(self, queue_name: str) -> bool:
+        """Clear a queue's runtime limits in every partition (the settings' apply again); False when none was set."""
+        had = bool(self.queue_limits([queue_name])[queue_name].runtime != NO_LIMIT)
+        for partition in self.covered_partitions(fresh=True):
+            self.scripts_for(partition).limit(queue_name, None, "")
+        return had
+
+    @translate_errors
+    def queue_limits(self, queue_names: Sequence[str]) -> dict[str, LimitState]:
+        """Return each queue's limits and what they hold back, one round trip a partition (server time included)."""
+        partitions = self.covered_partitions()
+        replies = []
+        for partition in partitions:
+            keys = self.keys_for(partition)
+            pipe = self.client_for(keys.limits()).pipeline(transaction=False)
+            pipe.time()
+            for name in queue_names:
+                pipe.hmget(keys.limits(), name, f"{name}:set")
+                pipe.zcard(keys.segment(name, Segment.READY))
+                pipe.zcard(keys.segment(name, Segment.RUNNING))
+                pipe.lrange(keys.lease_times(name), 0, -1)
+            replies.append(pipe.execute())
+        out = {}
+        for i, name in enumerate(queue_names):
+            rows = [reply[1 + 4 * i : 5 + 4 * i] for reply in replies]
+            runtime = decode(rows[0][0][0])
+            audit = json.loads(rows[0][0][1]) if rows[0][0][1] else None
+            limit = overlay(self.config.limits.get(name, NO_LIMIT), runtime)
+            waits = []
+            for partition, (reply, row) in enumerate(zip(replies, rows, strict=True)):
+                waits.append(_next_token_s(limit.rate, row[3], partition, len(partitions), reply[0]))
+            out[name] = LimitState(
+                setting=self.config.limits.get(name, NO_LIMIT),
+                runtime=runtime,
+                set_by=None if audit is None else str(audit["by"]),
+                set_since=None if audit is None else datetime.fromtimestamp(audit["since"], UTC),
+                ready=sum(row[1] for row in rows),
+                running=sum(row[2] for row in rows),
+                next_token_s=None if None in waits or not waits else min(w for w in waits if w is not None),
+            )
+        return out
+
     @translate_errors
     def send_control(self, workers: Sequence[str], command: str, *, by: str = "") -> None:
         """Ask the supervisors of `workers` to make them quiet or stop; the command waits in Redis until taken."""
@@ -86,3 +177,15 @@ class ControlTooling(ToolingHost):
             return {}
         reply = self.scripts.take_control(workers)
         return {reply[i].decode(): json.loads(reply[i + 1])["command"] for i in range(0, len(reply), 2)}
+
+
+def _next_token_s(rate: Rate | None, times: list, partition: int, partitions: int, server_time) -> float | None:
+    """Seconds until a partition's next rate token comes back; None while it has one (or there is no rate)."""
+    if rate is None:
+        return None
+    tokens = share(rate.count, partition, partitions)
+    now = server_time[0] + server_time[1] / 1e6
+    live = [float(t) for t in times if float(t) > now - rate.period_s]
+    if len(live) < tokens:
+        return None
+    return max(0.0, live[tokens - 1] + rate.period_s - now)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from redis.cluster import RedisCluster
+
 if TYPE_CHECKING:
     import redis
 
@@ -24,15 +26,21 @@ class ToolingHost:
     config: BackendOptions
     schedules: tuple[Schedule, ...]
     queues: set[str]
-    client: redis.Redis
     cluster: bool
-    scripts: RedisScripts
     # From PartitionRouting (mixed in beside the tooling).
     keys_for: Any
     scripts_for: Any
     task_keys: Any
     task_scripts: Any
     covered_partitions: Any
+
+    if TYPE_CHECKING:
+        # A property of the backend: the cluster client with CLUSTER.
+        @property
+        def client(self) -> redis.Redis | RedisCluster: ...
+
+        @property
+        def scripts(self) -> RedisScripts: ...
 
     def _partition_scripts(self) -> list[RedisScripts]:
         """The scripts of every covered partition, partition 0 first."""
@@ -44,6 +52,7 @@ class ToolingHost:
         For commands a cluster client will not route by key, such as TIME in a pipeline: every
         decision about leases and heartbeats uses the clock of the node that holds them.
         """
-        if not self.cluster:
-            return self.client
-        return self.client.get_redis_connection(self.client.get_node_from_key(key))
+        client = self.client
+        if not isinstance(client, RedisCluster):
+            return client
+        return client.get_redis_connection(client.get_node_from_key(key))

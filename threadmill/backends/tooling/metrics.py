@@ -1,16 +1,19 @@
 """The backend's half of `threadmill.api.metrics`: counts and counters whose cost does not grow with the tasks stored.
 
 Segment sizes (ZCARD), the oldest ready task (two-entry ZRANGEs) and the totals since first
-use (HMGET), each one pipeline over every queue and partition.
+use (HMGET), each one pipeline over every queue and partition; the per-task-path counts
+(`threadmill.backends.taskstats`), one pipeline of HGETALLs on partition 0.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from ..base import Segment
 from ..keys import PRIORITY_BAND
+from ..taskstats import PathStats, parse_hash
 from ..scripts import translate_errors
 from .host import ToolingHost
 
@@ -79,3 +82,53 @@ class MetricsTooling(ToolingHost):
                 sums = [a + int(v or 0) for a, v in zip(sums, next(rows), strict=True)]
             out[name] = dict(zip(TOTALS, sums, strict=True))
         return out
+
+    @translate_errors
+    def task_stats(self, *, minutes: int | None = 60) -> list[PathStats]:
+        """Return the per-task-path counts of every queue over the last `minutes` (None: since first use).
+
+        Up to 120 minutes are read minute by minute; longer spans by the hour (the current hour
+        whole), at most 25 hours back (the history kept). Sorted by queue, then path.
+        """
+        names = self.queue_names()
+        keys = self.keys_for(0)
+        if minutes is None:
+            periods = ["total"]
+        elif minutes <= 120:
+            now = int(time.time() // 60)
+            periods = [f"m{m}" for m in range(now - max(1, minutes) + 1, now + 1)]
+        else:
+            now = int(time.time() // 3600)
+            hours = min(25, -(-minutes // 60))
+            periods = [f"h{h}" for h in range(now - hours + 1, now + 1)]
+        pipe = self.client_for(keys.workers()).pipeline(transaction=False)
+        for name in names:
+            for period in periods:
+                pipe.hgetall(keys.task_stats(name, period))
+        replies = iter(pipe.execute())
+        found: dict[tuple[str, str], PathStats] = {}
+        for name in names:
+            for _ in periods:
+                parse_hash(name, next(replies), found)
+        return [found[key] for key in sorted(found)]
+
+    @translate_errors
+    def task_stats_by_minute(self, queue_name: str, path: str, *, minutes: int = 60) -> list[tuple[int, PathStats]]:
+        """Return one task path's counts on one queue for each of the last `minutes` (epoch minute, counts), oldest first."""
+        keys = self.keys_for(0)
+        now = int(time.time() // 60)
+        span = range(now - max(1, min(minutes, 25 * 60)) + 1, now + 1)
+        pipe = self.client_for(keys.workers()).pipeline(transaction=False)
+        for minute in span:
+            pipe.hgetall(keys.task_stats(queue_name, f"m{minute}"))
+        out = []
+        for minute, reply in zip(span, pipe.execute(), strict=True):
+            found: dict[tuple[str, str], PathStats] = {}
+            parse_hash(queue_name, {k: v for k, v in reply.items() if _named(k, path)}, found)
+            out.append((minute, found.get((queue_name, path), PathStats(queue_name, path))))
+        return out
+
+
+def _named(field: bytes | str, path: str) -> bool:
+    name = field.decode() if isinstance(field, bytes) else field
+    return name.startswith(path + "|")

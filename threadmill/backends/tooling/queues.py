@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from django.tasks import TaskResult
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from .. import codec
@@ -187,7 +186,7 @@ class QueueTooling(ToolingHost):
 
     def _peeked(
         self, queue_name: str, segment: Segment, row: list, metadata: bytes | None = None
-    ) -> TaskResult | UnreadableTask:
+    ) -> ThreadmillTaskResult | UnreadableTask:
         """Read one row of a peek reply (a page's rows carry no metadata; one task's read does)."""
         task_id = row[0].decode()
         data, stored_result, started_at, worker, lease_started, token, read_error, score, progress = row[1:]

@@ -1,0 +1,154 @@
+"""Per-queue concurrency and rate limits: parsing, and each partition's share.
+
+A queue's **concurrency** N: at most N of its tasks leased at once, counted by its running
+segment (a prefetched task not yet started counts). Its **rate** "N/unit" (unit s, m or h):
+at most N leases in any window of one unit. acquire keeps the queue's last N lease times
+(the server's clock): a bucket of N tokens, each coming back one unit after it was spent, so
+the burst is N at once and no window of one unit ever holds more than N.
+
+With `partitions` P > 1 each partition enforces its share in its own slot (a script cannot
+count across slots on a cluster): partition p gets N // P, plus 1 when p < N % P, so the
+shares add up to N exactly. A limit must be at least P (a partition with no share would
+never run its tasks).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Seconds of each rate unit.
+RATE_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
+#: Most leases a rate may allow per unit: acquire keeps one timestamp per lease in the last unit.
+MAX_RATE_COUNT = 100_000
+
+_RATE = re.compile(r"(\d+)/([smh])")
+
+
+class LimitError(ValueError):
+    """Raised when a concurrency or rate limit is not one Threadmill can enforce."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """`count` leases per `unit` ("s", "m" or "h")."""
+
+    count: int
+    unit: str
+
+    @property
+    def period_s(self) -> float:
+        return RATE_UNITS_S[self.unit]
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.unit}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimit:
+    """A queue's limits; None is no limit of that kind."""
+
+    concurrency: int | None = None
+    rate: Rate | None = None
+
+    def as_json(self) -> dict[str, int | str | None]:
+        return {"concurrency": self.concurrency, "rate": None if self.rate is None else str(self.rate)}
+
+
+NO_LIMIT = QueueLimit()
+#: `encode(NO_LIMIT)`: what acquire reads for a queue with no limit in the settings.
+UNLIMITED = "||"
+
+
+def parse_rate(text: object) -> Rate:
+    """Return "N/s", "N/m" or "N/h" as a Rate; LimitError naming what is wrong otherwise."""
+    match = _RATE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise LimitError(f"A rate is N/s, N/m or N/h with N a whole number, not {text!r}.")
+    count = int(match[1])
+    if not 1 <= count <= MAX_RATE_COUNT:
+        raise LimitError(f"A rate allows 1 to {MAX_RATE_COUNT:,} per unit, not {count}.")
+    return Rate(count, match[2])
+
+
+def parse_concurrency(value: object) -> int:
+    """Return a concurrency limit, a whole number of at least 1; LimitError otherwise."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LimitError(f"A concurrency limit is a whole number of at least 1, not {value!r}.")
+    return value
+
+
+def parse_limit(raw: object) -> QueueLimit:
+    """Return a {"concurrency": N, "rate": "N/unit"} mapping as a QueueLimit; LimitError naming what is wrong."""
+    if not isinstance(raw, dict):
+        raise LimitError(f"A queue's limits are a dict with 'concurrency' and/or 'rate', not {raw!r}.")
+    unknown = sorted(set(raw) - {"concurrency", "rate"})
+    if unknown:
+        raise LimitError(f"Unknown limit(s) {', '.join(map(repr, unknown))}; the limits are 'concurrency' and 'rate'.")
+    concurrency = raw.get("concurrency")
+    rate = raw.get("rate")
+    return QueueLimit(
+        None if concurrency is None else parse_concurrency(concurrency), None if rate is None else parse_rate(rate)
+    )
+
+
+def check_partitions(limit: QueueLimit, partitions: int) -> None:
+    """Raise LimitError when a limit is below the partition count (some partition would get no share)."""
+    for name, value in (("concurrency", limit.concurrency), ("rate", None if limit.rate is None else limit.rate.count)):
+        if value is not None and value < partitions:
+            raise LimitError(
+                f"A {name} limit of {value} is below the {partitions} partitions: each partition enforces a share "
+                f"of it, at least 1."
+            )
+
+
+def share(total: int, partition: int, partitions: int) -> int:
+    """Return partition p's share of a limit: `total // P`, plus 1 for the first `total % P` partitions."""
+    return total // partitions + (1 if partition < total % partitions else 0)
+
+
+def encode(limit: QueueLimit) -> str:
+    """Return a limit as acquire reads it: "concurrency|rate count|rate period seconds", "" for none."""
+    if limit.rate is None:
+        return f"{limit.concurrency or ''}||"
+    return f"{limit.concurrency or ''}|{limit.rate.count}|{limit.rate.period_s:g}"
+
+
+class Acquired(list):
+    """What acquire leased, and whether a limit held back ready tasks (`held_back`).
+
+    `next_token_s`: seconds until the first rate token of a held-back queue comes back (None when
+    only concurrency held them back: the acknowledgement that frees a slot wakes a waiting worker).
+    """
+
+    held_back: bool = False
+    next_token_s: float | None = None
+
+    def hold(self, reply: bytes | str) -> None:
+        """Read acquire's `held` reply: "" none, "-1" concurrency only, else seconds to the next token."""
+        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        if text:
+            self.held_back = True
+            wait = float(text)
+            if wait >= 0 and (self.next_token_s is None or wait < self.next_token_s):
+                self.next_token_s = wait
+
+
+def decode(text: bytes | str | None) -> QueueLimit:
+    """Return a stored "concurrency|rate count|rate period s" as a QueueLimit (its empty parts None)."""
+    if not text:
+        return NO_LIMIT
+    concurrency, count, period = (text.decode() if isinstance(text, bytes) else text).split("|")
+    units = {seconds: unit for unit, seconds in RATE_UNITS_S.items()}
+    rate = Rate(int(count), units[float(period)]) if count else None
+    return QueueLimit(int(concurrency) if concurrency else None, rate)
+
+
+def overlay(setting: QueueLimit, runtime: QueueLimit) -> QueueLimit:
+    """Return the limits in force: each part set at runtime wins over the setting's."""
+    return QueueLimit(
+        setting.concurrency if runtime.concurrency is None else runtime.concurrency,
+        setting.rate if runtime.rate is None else runtime.rate,
+    )
