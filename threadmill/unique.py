@@ -12,7 +12,6 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from .backends.base import Segment
@@ -46,16 +45,6 @@ def unique_segments(value: Iterable[Segment | str], error: type[Exception]) -> t
     if not segments or not set(segments) <= COUNTABLE_SEGMENTS:
         raise error(f"unique_segments must name one or more of {sorted(COUNTABLE_SEGMENTS)}, not {value!r}.")
     return segments
-
-
-def unique_for(value: Any, error: type[Exception]) -> timedelta | None:
-    """Return `value` (seconds or a timedelta) as a timedelta, None for None, raising `error` otherwise."""
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0.001 <= seconds < float("inf"):
-        raise error(f"unique_for must be a positive number of seconds or a timedelta, not {value!r}.")
-    return value if isinstance(value, timedelta) else timedelta(seconds=value)
 
 
 def key_string(task_path: str, key_function: Callable[[Any, Any], Any] | None, args: Any, kwargs: Any) -> str:

@@ -142,14 +142,15 @@ class ThreadmillTask(Task):
         super(ThreadmillTask, self).__post_init__()
 
     def _check_unique(self, error: type[Exception]) -> None:
-        from ..unique import unique_for, unique_segments
+        from ..unique import unique_segments
 
         if self.unique_key is not None and not callable(self.unique_key):
             raise error("unique_key must be a callable taking (args, kwargs) and returning a str.")
         if not isinstance(self.unique, bool):
             raise error(f"unique must be True or False, not {self.unique!r}.")
         object.__setattr__(self, "unique", self.unique or self.unique_key is not None or self.unique_for is not None)
-        object.__setattr__(self, "unique_for", unique_for(self.unique_for, error))
+        if self.unique_for is not None:
+            object.__setattr__(self, "unique_for", _time_limit(self.unique_for, error, "unique_for"))
         object.__setattr__(self, "unique_segments", unique_segments(self.unique_segments, error))
 
     def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> None:
@@ -177,10 +178,10 @@ class ThreadmillTask(Task):
         return [backend.enqueue(self, args, kwargs) for args, kwargs in calls]
 
 
-def _time_limit(value: Any, error: type[Exception]) -> timedelta:
+def _time_limit(value: Any, error: type[Exception], name: str = "timeout") -> timedelta:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < float("inf"):
-        raise error(f"timeout must be a positive number of seconds or a timedelta, not {value!r}.")
+        raise error(f"{name} must be a positive number of seconds or a timedelta, not {value!r}.")
     return value if isinstance(value, timedelta) else timedelta(seconds=value)
 
 

@@ -32,7 +32,7 @@
 --                       key, released here), "-" not; absent: none is (a task without unique reads
 --                       nothing more than its fence)
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
--- include: release_unique
+-- include: unique
 local ttl = tonumber(ARGV[1])
 local m = tonumber(ARGV[5])
 local publish = ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH'

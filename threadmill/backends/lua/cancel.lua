@@ -19,7 +19,7 @@
 -- Returns: 1 cancelled; 2 abort requested (running); 0 already finished; -1 it left the segment
 --          read (read it again); -2 no such task; -3 unreadable (quarantined, not cancellable)
 -- A cancelled unique task gives up its uniqueness key (a running one when its worker acknowledges).
--- include: release_unique
+-- include: unique
 local current = redis.call('HGET', KEYS[1], 'segment')
 if not current then
   return -2

@@ -10,7 +10,7 @@
 -- Returns: {id1, id2, ...} the ids deleted; an id left in the segment whose task data
 --          already expired counts as deleted (its entry is removed)
 -- A deleted unique task gives up its uniqueness key.
--- include: release_unique
+-- include: unique
 local deleted = {}
 for i = 3, #ARGV do
   local id = ARGV[i]

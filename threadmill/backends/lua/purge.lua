@@ -7,7 +7,7 @@
 -- ARGV[2] (string) the segment's name; a task hash naming another segment is not deleted
 -- Returns: the number of ids removed from the segment in this batch
 -- A deleted unique task gives up its uniqueness key.
--- include: release_unique
+-- include: unique
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 for _, id in ipairs(ids) do
   local key = KEYS[2] .. id

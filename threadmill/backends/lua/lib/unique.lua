@@ -1,14 +1,40 @@
--- unique (included by enqueue): which entries of an enqueue call are duplicates of a task that
--- holds their uniqueness key, and the keys the others take. A key holds the id of its task; the
--- holder counts only while its hash names one of the entry's counted segments, so a key whose
--- task finished, expired or was removed without releasing it (a crash, an older release's
--- acknowledge) admits the next enqueue instead of blocking it. Two entries of one call with one
--- key: the first is stored, the second is its duplicate. The holder's hash is the declared task
--- prefix plus the id read from the key; a stored task keeps its key's digest in field `unique`.
+-- unique (included): uniqueness keys. `admit_unique` (enqueue) decides which entries of a call are
+-- duplicates of a task that holds their key and takes the keys of the others; `release_unique`
+-- (acknowledge, cancel, purge, delete) gives a key up as its task stops counting. A key holds the
+-- id of its task, which counts only while its hash names one of the entry's counted segments, so
+-- a key whose task finished, expired or was removed without releasing it (a crash, an older
+-- release's acknowledge) admits the next enqueue instead of blocking it. Two entries of one call
+-- with one key: the first is stored, the second is its duplicate. The holder's hash is the declared
+-- task prefix plus the id read from the key; a stored task keeps its key's digest in field `unique`.
 
 -- Whether `segment` is one of the comma-separated `counted`.
 local function counts_in(counted, segment)
   return segment and string.find(',' .. counted .. ',', ',' .. segment .. ',', 1, true) ~= nil
+end
+
+-- The uniqueness key `<prefix>:unique:<digest>` of the task hash `task_key` (`<prefix>:task:<id>`,
+-- a declared key) and the digest in its `unique` field: the same hash tag, so the same slot.
+local function unique_key_of(task_key, id, digest)
+  return string.sub(task_key, 1, #task_key - #id - #'task:') .. 'unique:' .. digest
+end
+
+-- `digest` and `counted` are the task hash's `unique` and `unique_segments` fields, `segment` where the
+-- task goes (nil: it is removed). The key is deleted only while it names this task (a later holder
+-- keeps it). A task moving to a segment its key counts in (a kept result) keeps the key, for no
+-- longer than `ttl` seconds, its data's lifetime.
+local function release_unique(task_key, id, digest, counted, segment, ttl)
+  local key = unique_key_of(task_key, id, digest)
+  if redis.call('GET', key) ~= id then
+    return
+  end
+  if segment and counts_in(counted or '', segment) then
+    local left = redis.call('PTTL', key)
+    if left < 0 or left > ttl * 1000 then
+      redis.call('EXPIRE', key, ttl)
+    end
+    return
+  end
+  redis.call('DEL', key)
 end
 
 -- Takes the keys of the free entries; returns {duplicate = {[i] = true}, reply = {stored, i, holder, ...},
