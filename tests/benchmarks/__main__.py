@@ -1,6 +1,6 @@
 """Run the benchmarks: `python -m tests.benchmarks [NAME ...]`, each NAME a benchmark listed below or `charts`.
 
-With no name it runs every benchmark but `faults` and `cluster`, then renders the charts. `charts` alone
+With no name it runs every benchmark but `faults`, `cluster` and `integrations`, then renders the charts. `charts` alone
 re-renders the charts from the JSON results without measuring anything.
 """
 
@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import signal
 
-BENCHMARKS = ("backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "faults", "cluster")
+BENCHMARKS = (
+    "backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "faults", "cluster", "integrations",
+)  # fmt: skip
 #: What runs when no benchmark is named; the fault table takes minutes of real outages and the
 #: cluster drain starts a cluster of its own, so both only on request. The remote drain and the
 #: fairness rows take about three minutes each at the default repeats, so they stay in.
@@ -123,6 +125,10 @@ def main() -> None:
             peer_names=peers_for("drain", args.peers),
             extra_prefetch=extra,
         )
+    if "integrations" in args.benchmarks:
+        from . import integrations
+
+        integrations.run(depth=args.tasks or 20_000, repeats=args.repeats or 5)
     if "remote" in args.benchmarks:
         from . import remote
 

@@ -212,6 +212,8 @@ class ThreadmillTaskResult(TaskResult):  # type: ignore[misc]
     unique_key: str = ""
     #: True when enqueue found this task waiting or running and returned it instead of storing a duplicate.
     duplicate: bool = False
+    #: The W3C trace context (`traceparent`, `tracestate`) recorded at enqueue, or None.
+    trace_context: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         # Arguments read back from a stored document are JSON already; normalising them

@@ -131,23 +131,30 @@ def task_spec(task: Task) -> dict[str, Any]:
     return spec
 
 
-def encode_new(task: Task, task_id: str, args: Any, kwargs: Any, enqueued_at: float) -> str:
-    """Return the document of a freshly enqueued task."""
-    return _dumps(
-        {
-            "id": task_id,
-            "task": task_spec(task),
-            "status": "READY",
-            "args": args,
-            "kwargs": kwargs,
-            "enqueued_at": enqueued_at,
-            "started_at": None,
-            "last_attempted_at": None,
-            "finished_at": None,
-            "errors": [],
-            "worker_ids": [],
-        }
-    )
+def encode_new(
+    task: Task, task_id: str, args: Any, kwargs: Any, enqueued_at: float, trace: dict[str, str] | None = None
+) -> str:
+    """Return the document of a freshly enqueued task, with the W3C trace context of its enqueue if any.
+
+    The trace context is stored as "trace" only when there is one, so without tracing the
+    document is what the previous release wrote; that release reads documents by key and ignores it.
+    """
+    doc = {
+        "id": task_id,
+        "task": task_spec(task),
+        "status": "READY",
+        "args": args,
+        "kwargs": kwargs,
+        "enqueued_at": enqueued_at,
+        "started_at": None,
+        "last_attempted_at": None,
+        "finished_at": None,
+        "errors": [],
+        "worker_ids": [],
+    }
+    if trace:
+        doc["trace"] = trace
+    return _dumps(doc)
 
 
 def _spec_json(task: Task) -> str:
@@ -160,23 +167,23 @@ def _spec_json(task: Task) -> str:
 def encode_result(result: TaskResult, return_value: Any = None) -> str:
     """Return the document of `result` as it stands now, with its return value."""
     # The task spec is the same for every result of a task: its JSON is built once.
-    rest = _dumps(
-        {
-            "id": result.id,
-            "status": result.status.value,
-            "args": result.args,
-            "kwargs": result.kwargs,
-            "enqueued_at": timestamp(result.enqueued_at),
-            "started_at": timestamp(result.started_at),
-            "last_attempted_at": timestamp(result.last_attempted_at),
-            "finished_at": timestamp(result.finished_at),
-            "errors": [
-                {"exception_class_path": e.exception_class_path, "traceback": e.traceback} for e in result.errors
-            ],
-            "worker_ids": result.worker_ids,
-            "return_value": return_value,
-        }
-    )
+    doc = {
+        "id": result.id,
+        "status": result.status.value,
+        "args": result.args,
+        "kwargs": result.kwargs,
+        "enqueued_at": timestamp(result.enqueued_at),
+        "started_at": timestamp(result.started_at),
+        "last_attempted_at": timestamp(result.last_attempted_at),
+        "finished_at": timestamp(result.finished_at),
+        "errors": [{"exception_class_path": e.exception_class_path, "traceback": e.traceback} for e in result.errors],
+        "worker_ids": result.worker_ids,
+        "return_value": return_value,
+    }
+    trace = getattr(result, "trace_context", None)
+    if trace:  # kept across retries and requeues, so every attempt joins the enqueue's trace
+        doc["trace"] = trace
+    rest = _dumps(doc)
     return f'{{"task":{_spec_json(result.task)},{rest[1:]}'
 
 
@@ -226,6 +233,13 @@ def _resolve_task(spec: dict[str, Any]) -> Task:
 
 def _errors_of(entries: list[dict[str, str]]) -> list[TaskError]:
     return [TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"]) for e in entries]
+
+
+def _trace_of(stored: Any) -> dict[str, str] | None:
+    """Return a stored trace context, None when there is none or it is not a mapping of texts."""
+    if not stored or not isinstance(stored, dict):
+        return None
+    return {k: v for k, v in stored.items() if isinstance(k, str) and isinstance(v, str)} or None
 
 
 def decode(
@@ -282,6 +296,7 @@ def decode(
         progress=progress_of(progress) if progress else None,
         metadata=metadata_of(metadata) if metadata else {},
         unique_key=unique_key,
+        trace_context=_trace_of(doc.get("trace")),
     )
     if segment is Segment.SUCCESSFUL:
         object.__setattr__(result, "_return_value", doc.get("return_value"))

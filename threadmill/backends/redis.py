@@ -31,6 +31,7 @@ from redis.cluster import RedisCluster
 
 from ..exceptions import BackendConnectionError, ServerUnreachable, TaskCancelled, TaskTimeout, UnreadableTaskError
 from ..identity import this_process_name
+from ..integrations import otel
 from ..outcome import ended_by
 from ..schedules import Schedule, parse_schedules
 from ..unique import UniqueSpec, spec_for
@@ -92,6 +93,8 @@ class PreparedTask(NamedTuple):
     unique: UniqueSpec | None = None
     #: The partition it is written to, None with one partition.
     partition: int | None = None
+    #: The W3C trace context stored with it, None without tracing.
+    trace: dict[str, str] | None = None
 
     @property
     def entry(self) -> tuple[str, str, Segment, str, str]:
@@ -225,7 +228,13 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
-        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition())
+        if otel.tracer is not None and otel.is_set_up():
+            with otel.sending(self.alias, task, 1) as trace:
+                return self._enqueue_one(task, args, kwargs, trace)
+        return self._enqueue_one(task, args, kwargs, None)
+
+    def _enqueue_one(self, task, args, kwargs, trace: dict[str, str] | None) -> ThreadmillTaskResult:
+        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition(), trace)
         return self._enqueue_prepared(task, [prepared], prepared.partition)[0]
 
     async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
@@ -235,7 +244,13 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             # Django's aenqueue returns what our `enqueue` does; its stub says only TaskResult.
             return await super().aenqueue(task, args, kwargs)  # type: ignore[return-value]
         self.validate_task(task)
-        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition())
+        if otel.tracer is not None and otel.is_set_up():
+            with otel.sending(self.alias, task, 1) as trace:
+                return await self._aenqueue_one(task, args, kwargs, trace)
+        return await self._aenqueue_one(task, args, kwargs, None)
+
+    async def _aenqueue_one(self, task, args, kwargs, trace: dict[str, str] | None) -> ThreadmillTaskResult:
+        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition(), trace)
         if prepared.partition is not None and not self._layout_checked:
             await sync_to_async(self.check_layout)()
         scripts = self.scripts_for(prepared.partition or 0)
@@ -286,12 +301,20 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         as its holder, `duplicate` set). With partitions, each script call writes to one.
         """
         self.validate_task(task)
-        now = time.time()
         calls = [_call(i, call) for i, call in enumerate(calls)]
+        if otel.tracer is not None and otel.is_set_up():
+            with otel.sending(self.alias, task, len(calls)) as trace:
+                return self._enqueue_calls(task, calls, trace)
+        return self._enqueue_calls(task, calls, None)
+
+    def _enqueue_calls(self, task, calls: list[tuple[Any, Any]], trace: dict[str, str] | None) -> list[ThreadmillTaskResult]:
+        now = time.time()
         batches = []
         for start in range(0, len(calls), ENQUEUE_BATCH):
             partition = self.next_enqueue_partition()
-            batch = [self._prepare(task, *call, now, partition) for call in calls[start : start + ENQUEUE_BATCH]]
+            batch = [
+                self._prepare(task, *call, now, partition, trace) for call in calls[start : start + ENQUEUE_BATCH]
+            ]
             batches += [([start + i for i in indices], group) for indices, group in by_partition_of(batch)]
         results: list[ThreadmillTaskResult] = [None] * len(calls)  # type: ignore[list-item]
         for indices, batch in batches:
@@ -300,7 +323,15 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         return results
 
     def _prepare(
-        self, task, args, kwargs, now: float, partition: int | None = None, *, pinned: bool = False
+        self,
+        task,
+        args,
+        kwargs,
+        now: float,
+        partition: int | None = None,
+        trace: dict[str, str] | None = None,
+        *,
+        pinned: bool = False,
     ) -> PreparedTask:
         args, kwargs = normalize_json(args), normalize_json(kwargs)
         unique = spec_for(task, args, kwargs)
@@ -308,13 +339,15 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             # Every enqueue of one key goes to one partition, whose keys hold it.
             partition = int(unique.digest[:8], 16) % self.partition_count
         task_id = codec.new_task_id(partition)
-        payload = codec.encode_new(task, task_id, args, kwargs, now)
+        payload = codec.encode_new(task, task_id, args, kwargs, now, trace)
         ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
         if task.run_after is not None:
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
             segment, score = Segment.READY, ready_score
-        return PreparedTask(task_id, payload, segment, ready_score, score, args, kwargs, now, unique, partition)
+        return PreparedTask(
+            task_id, payload, segment, ready_score, score, args, kwargs, now, unique=unique, partition=partition, trace=trace
+        )
 
     def _enqueue_prepared(
         self, task, prepared: list[PreparedTask], partition: int | None = None
@@ -391,6 +424,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             worker_ids=[],
             segment=prepared.segment,
             unique_key=self._unique_key(prepared),
+            trace_context=prepared.trace,
         )
 
     def _unique_key(self, prepared: PreparedTask) -> str:

@@ -14,6 +14,9 @@ An abort reaches a run through `request_abort` (the fetcher's thread): from then
 grace (an `async def` task's coroutine is cancelled by its loop instead), and however it
 ends (returns, raises, times out) it is recorded FAILED with
 `TaskCancelled`, not retried. A run that ended before the request reached it keeps its outcome.
+
+The installed integrations (`threadmill.integrations`: OpenTelemetry, Sentry) watch each run:
+started just before the task code, ended once its outcome is known and before `task_finished`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from django.utils.json import normalize_json
 
 from ..backends.base import ThreadmillTaskResult
 from ..exceptions import TaskCancelled, TaskTimeout
+from ..integrations import attempt_observers
 from ..logs import running_task
 from ..outcome import error_of, mark_failed, mark_successful, retry_delay
 
@@ -72,6 +76,8 @@ class Executor:
         self._coroutine: asyncio.Task | None = None
         #: The consumer thread this executor runs on.
         self.thread_id = threading.get_ident()
+        #: The integrations watching each attempt (OpenTelemetry, Sentry); empty when none is installed.
+        self.observers = attempt_observers()
 
     def request_abort(self, result: ThreadmillTaskResult, message: str, grace_s: float) -> bool:
         """Abort the run of `result` if it still runs (any thread): TaskCancelled in it after `grace_s`.
@@ -132,6 +138,9 @@ class Executor:
             close_old_connections()
             self.idle = False
         task_started.send(self.sender, task_result=result)
+        observers = self.observers
+        # Started after task_started, whose receiver may raise: every watch started is ended below.
+        watching = [observer.started(result) for observer in observers] if observers else None
         self.current = result
         try:
             if limit_s is None:
@@ -150,6 +159,8 @@ class Executor:
                 e = self._cancelled(result, e)
             mark_failed(result, error_of(e), datetime.now(UTC))
             delay = None if aborted else retry_delay(result)
+            if watching:
+                self._observed(watching, result, e, delay is not None)
             # Sent inside the handler so Django's receiver logs the traceback.
             task_finished.send(self.sender, task_result=result)
             if delay is not None:
@@ -157,11 +168,20 @@ class Executor:
             return Outcome(result, None, delay)
         else:
             mark_successful(result, datetime.now(UTC))
+            if watching:
+                self._observed(watching, result, None, False)
             task_finished.send(self.sender, task_result=result)
             return Outcome(result, value, None)
         finally:
             close_old_connections()
             running_task.id = running_task.task = None
+
+    def _observed(
+        self, watching: list[Any], result: ThreadmillTaskResult, error: BaseException | None, retrying: bool
+    ) -> None:
+        """End the observers' watch of an attempt, last started first (their contexts nest)."""
+        for observer, handle in zip(reversed(self.observers), reversed(watching), strict=True):
+            observer.ended(handle, result, error, retrying)
 
     def _call(self, task, result: ThreadmillTaskResult, limit_s: float | None = None, message: str = "") -> Any:
         args = result.args
