@@ -56,6 +56,34 @@ async def async_echo(value=None):
     return value
 
 
+@task(unique=True)
+def unique_echo(value=None):
+    return value
+
+
+def _by_user(args, kwargs):
+    return f"user:{kwargs['user']}"
+
+
+@task(unique_key=_by_user)
+def unique_by_user(user, note=""):
+    return note
+
+
+def _not_a_string(args, kwargs):
+    return 42
+
+
+@task(unique_key=_not_a_string)
+def unique_bad_key():
+    return None
+
+
+@task(unique_for=0.3)
+def unique_briefly(value=None):
+    return value
+
+
 # -- worker tests ---------------------------------------------------------------------
 
 _runs_client = None

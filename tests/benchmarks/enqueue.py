@@ -5,6 +5,8 @@ SYSTEM MODE TASKS BATCH`), so every queue gets its own settings module and broke
 it enqueues a warm-up, then times `TASKS` echo tasks and reports the wall time, its own
 CPU and the server's CPU over exactly that loop. Repeats are interleaved and the
 median is reported, with each row's ratio to threadmill's single enqueue of the same repeat.
+The `unique` rows enqueue a `@task(unique=True)` task, each call with its own arguments (every
+one stored): the cost of the uniqueness check and key on top of a plain enqueue.
 
 `python -m tests.benchmarks.enqueue SYSTEM DEPTH` fills a queue for the drain benchmark.
 """
@@ -71,8 +73,10 @@ Enqueuer = Callable[[int, int], None]
 
 def threadmill_enqueuer(mode: str, batch: int) -> Enqueuer:
     setup_django()
-    from tests.tasks import echo
+    from tests.tasks import echo, unique_echo
 
+    if mode.startswith("unique-"):
+        echo, mode = unique_echo, mode.removeprefix("unique-")
     if mode == "single":
 
         def single(start: int, count: int) -> None:
@@ -163,6 +167,8 @@ def rows(peer_names: list[str]) -> list[tuple[str, str, str]]:
     else:
         print("threadmill enqueue_many skipped: RedisTaskBackend has no enqueue_many yet.", flush=True)
     chosen.append(("threadmill aenqueue", "threadmill", "aenqueue"))
+    chosen.append(("threadmill enqueue unique", "threadmill", "unique-single"))
+    chosen.append(("threadmill enqueue_many unique", "threadmill", "unique-bulk"))
     return chosen + [(f"{name} single", name, "single") for name in peer_names]
 
 
@@ -200,13 +206,18 @@ def run(
     results = {}
     base = runs["threadmill enqueue"]
     for name, system, mode in table:
-        entry: dict[str, Any] = {"system": system, "mode": mode, "batch": batch if mode == "bulk" else 1}
+        entry: dict[str, Any] = {"system": system, "mode": mode, "batch": batch if mode.endswith("bulk") else 1}
         for key in runs[name][0]:
             entry[key] = round(report.median([r[key] for r in runs[name]]), 3)
         pairs = zip(runs[name], base, strict=True)
         entry["paired_tasks_per_s_ratio"] = round(
             report.median([r["tasks_per_s"] / b["tasks_per_s"] for r, b in pairs]), 3
         )
+        if mode.startswith("unique-"):
+            plain = runs[name.removesuffix(" unique")]
+            entry["paired_tasks_per_s_ratio_vs_not_unique"] = round(
+                report.median([r["tasks_per_s"] / p["tasks_per_s"] for r, p in zip(runs[name], plain, strict=True)]), 3
+            )
         entry["runs"] = runs[name]
         results[name] = entry
     figures = {"server": version, "tasks": tasks, "repeats": repeats, "batch": batch, "rows": results}
@@ -220,15 +231,17 @@ def print_enqueue(figures: dict[str, Any]) -> None:
     for name, entry in figures["rows"].items():
         rates = [r["tasks_per_s"] for r in entry["runs"]]
         rate = f"{min(rates):,.0f}..{max(rates):,.0f}"
+        vs_plain = entry.get("paired_tasks_per_s_ratio_vs_not_unique")
         rows_.append([
             name, entry["batch"], f"{entry['tasks_per_s']:,.0f}", rate, f"{entry['client_cpu_us_per_task']:.0f}",
             f"{entry['server_cpu_us_per_task']:.0f}", f"{entry['paired_tasks_per_s_ratio']:.2f}x",
+            "" if vs_plain is None else f"{vs_plain:.2f}x",
         ])  # fmt: skip
     report.print_table(
         f"enqueue from one process, echo task, {figures['tasks']:,} tasks ({figures['server']}, "
         f"median of {figures['repeats']})",
         ["row", "per call", "tasks/s", "runs tasks/s", "client us CPU/task", "server us CPU/task",
-         "tasks/s vs threadmill enqueue (paired)"],
+         "tasks/s vs threadmill enqueue (paired)", "unique vs not (paired)"],
         rows_,
     )  # fmt: skip
 

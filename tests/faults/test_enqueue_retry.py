@@ -202,6 +202,20 @@ def test_an_enqueue_many_batch_whose_reply_was_lost_stores_each_task_once(proxy,
     assert (totals["enqueued"], totals["enqueue_retries"], totals["already_stored"]) == (6, 1, 5)
 
 
+def test_a_unique_task_whose_reply_was_lost_is_not_its_own_duplicate(proxy, enqueued_signals):
+    backend = backend_through(proxy)
+    backend.enqueue(tasks.echo, [0], {})
+    proxy.lose_replies(1)
+    result = backend.enqueue(tasks.unique_echo, [1], {})
+    # The first attempt stored it and took its key; the retry finds its own id holding the key.
+    assert result.duplicate is False
+    assert stored_ids(backend).count(result.id) == 1 and task_hashes(backend) == 2
+    assert enqueued_signals[result.id] == 1
+    again = backend.enqueue(tasks.unique_echo, [1], {})
+    assert again.duplicate is True and again.id == result.id
+    assert backend.totals()["default"]["already_stored"] == 1
+
+
 def test_an_aenqueue_whose_reply_was_lost_stores_its_task_once(proxy, enqueued_signals):
     backend = backend_through(proxy)
 

@@ -170,6 +170,15 @@ def test_the_task_detail_shows_args_errors_and_attempts(operator_client, seeded)
     assert "ghost:1" in html
 
 
+def test_the_task_detail_shows_a_unique_tasks_key(operator_client, backend, db):
+    from tests.tasks import unique_by_user
+
+    result = unique_by_user.enqueue(user=5)
+    html = operator_client.get(f"/threadmill/default/task/{result.id}/").content.decode()
+    assert f'<dd class="mono" id="unique-key">{result.unique_key}</dd>' in html
+    assert result.unique_key.startswith("threadmill:{default}:unique:")
+
+
 def test_the_task_detail_of_an_unreadable_task_shows_the_raw_payload_escaped(operator_client, seeded):
     html = operator_client.get(f"/threadmill/default/task/{seeded['unreadable']}/").content.decode()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html

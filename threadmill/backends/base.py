@@ -118,11 +118,19 @@ class Page(Sequence):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadmillTask(Task):
-    """A Django task with an optional retry policy (`@task(retry=...)`) and time limit (`@task(timeout=...)`)."""
+    """A Django task with optional retry policy (`retry=`), time limit (`timeout=`) and uniqueness (`unique=`)."""
 
     retry: Any = None
     #: Longest a run may take before TaskTimeout is raised in it; None takes the alias's `task_timeout`.
     timeout: timedelta | None = None
+    #: Whether enqueueing a duplicate of a waiting or running call returns that task (`threadmill.unique`).
+    unique: bool = False
+    #: `(args, kwargs) -> str` naming the work a call does (implies `unique`); None: its arguments.
+    unique_key: Any = None
+    #: Longest a duplicate is refused after the first enqueue; None: while the first counts.
+    unique_for: timedelta | None = None
+    #: Segments the first call counts in; by default ready, deferred and running.
+    unique_segments: tuple[Segment, ...] = (Segment.READY, Segment.DEFERRED, Segment.RUNNING)
 
     def __post_init__(self) -> None:
         from django.tasks.exceptions import InvalidTask
@@ -131,7 +139,20 @@ class ThreadmillTask(Task):
             raise InvalidTask("retry must be a retry policy or a callable taking a TaskContext.")
         if self.timeout is not None:
             object.__setattr__(self, "timeout", _time_limit(self.timeout, InvalidTask))
+        self._check_unique(InvalidTask)
         super(ThreadmillTask, self).__post_init__()
+
+    def _check_unique(self, error: type[Exception]) -> None:
+        from ..unique import unique_segments
+
+        if self.unique_key is not None and not callable(self.unique_key):
+            raise error("unique_key must be a callable taking (args, kwargs) and returning a str.")
+        if not isinstance(self.unique, bool):
+            raise error(f"unique must be True or False, not {self.unique!r}.")
+        object.__setattr__(self, "unique", self.unique or self.unique_key is not None or self.unique_for is not None)
+        if self.unique_for is not None:
+            object.__setattr__(self, "unique_for", _time_limit(self.unique_for, error, "unique_for"))
+        object.__setattr__(self, "unique_segments", unique_segments(self.unique_segments, error))
 
     def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> None:
         """Enqueue this task with these arguments once the default database's current transaction commits.
@@ -158,10 +179,10 @@ class ThreadmillTask(Task):
         return [backend.enqueue(self, args, kwargs) for args, kwargs in calls]
 
 
-def _time_limit(value: Any, error: type[Exception]) -> timedelta:
+def _time_limit(value: Any, error: type[Exception], name: str = "timeout") -> timedelta:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < float("inf"):
-        raise error(f"timeout must be a positive number of seconds or a timedelta, not {value!r}.")
+        raise error(f"{name} must be a positive number of seconds or a timedelta, not {value!r}.")
     return value if isinstance(value, timedelta) else timedelta(seconds=value)
 
 
@@ -188,6 +209,10 @@ class ThreadmillTaskResult(TaskResult):  # type: ignore[misc]
     progress: TaskProgress | None = None
     #: What the task stored with `threadmill.set_metadata`; empty when it stored none.
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The uniqueness key (its Redis key name) a unique task holds; "" for any other task.
+    unique_key: str = ""
+    #: True when enqueue found this task waiting or running and returned it instead of storing a duplicate.
+    duplicate: bool = False
     #: The W3C trace context (`traceparent`, `tracestate`) recorded at enqueue, or None.
     trace_context: dict[str, str] | None = None
     #: The attempts recorded for this task, oldest first (`threadmill.attempts`); empty for one run by an older release.

@@ -256,6 +256,7 @@ def decode(
     progress: bytes | None = None,
     metadata: bytes | None = None,
     attempts: bytes | None = None,
+    unique_key: str = "",
 ) -> ThreadmillTaskResult:
     """Read a stored document as the task result of a task in `segment`, its lease and reports applied.
 
@@ -296,6 +297,7 @@ def decode(
         worker_losses=worker_losses,
         progress=progress_of(progress) if progress else None,
         metadata=metadata_of(metadata) if metadata else {},
+        unique_key=unique_key,
         trace_context=_trace_of(doc.get("trace")),
         attempt_records=attempts_of(attempts) if attempts else (),
     )

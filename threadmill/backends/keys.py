@@ -32,6 +32,7 @@ TASK_FIELDS = (
     "reported_progress",
     "metadata",
     "attempts",
+    "unique",
 )
 #: Seconds a per-minute counter outlives its minute: the console charts the last 24 hours.
 #: Each queue keeps at most 4 counters a minute (in, out, failed, latency), about 5,800 keys.
@@ -113,6 +114,10 @@ class KeySchema:
     def segment(self, queue_name: str, segment: Segment | str) -> str:
         """Sorted set of task ids in one segment of a queue."""
         return f"{self.prefix}:{queue_name}:{segment}"
+
+    def unique(self, digest: str) -> str:
+        """String: the id of the task holding one uniqueness key (`threadmill.unique`)."""
+        return f"{self.prefix}:unique:{digest}"
 
     def wake(self, queue_name: str) -> str:
         """List holding at most one token: pushed when tasks become ready, popped (BLPOP) by an idle worker."""

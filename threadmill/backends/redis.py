@@ -8,6 +8,7 @@ state change is one Lua script; a payload this code cannot read is quarantined i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from ..identity import this_process_name
 from ..integrations import otel
 from ..outcome import ended_by
 from ..schedules import Schedule, parse_schedules
+from ..unique import UniqueSpec, spec_for
 from . import codec, layout
 from .aio import AsyncClients, send_task_enqueued
 from .base import (
@@ -52,7 +54,14 @@ from .options import parse_options
 from .partitions import by_partition
 from .replication import wait_for_replicas
 from .routing import PartitionRouting
-from .scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT, UNREACHABLE_ERRORS, RedisScripts, translate_errors
+from .scripts import (
+    ENDED_BY_ABORT,
+    ENDED_BY_TIME_LIMIT,
+    UNREACHABLE_ERRORS,
+    EnqueueReply,
+    RedisScripts,
+    translate_errors,
+)
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
@@ -82,6 +91,10 @@ class PreparedTask(NamedTuple):
     args: Any
     kwargs: Any
     now: float
+    #: Its uniqueness, None for a task that is not unique.
+    unique: UniqueSpec | None = None
+    #: The partition it is written to, None with one partition.
+    partition: int | None = None
     #: The W3C trace context stored with it, None without tracing.
     trace: dict[str, str] | None = None
 
@@ -110,6 +123,16 @@ def _call(index: int, call: Any) -> tuple[Any, Any]:
     if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence) or not isinstance(kwargs, Mapping):
         raise TypeError(f"enqueue_many's calls[{index}] must be a (list, dict) pair, not {call!r}.")
     return args, kwargs
+
+
+def by_partition_of(batch: list[PreparedTask]) -> list[tuple[list[int], list[PreparedTask]]]:
+    """Split one batch into the tasks of each partition it writes to, with their indices in the batch."""
+    groups: dict[int | None, tuple[list[int], list[PreparedTask]]] = {}
+    for index, prepared in enumerate(batch):
+        indices, tasks = groups.setdefault(prepared.partition, ([], []))
+        indices.append(index)
+        tasks.append(prepared)
+    return list(groups.values())
 
 
 def _abort_request(stored: bytes) -> dict[str, Any]:
@@ -213,9 +236,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         return self._enqueue_one(task, args, kwargs, None)
 
     def _enqueue_one(self, task, args, kwargs, trace: dict[str, str] | None) -> ThreadmillTaskResult:
-        partition = self.next_enqueue_partition()
-        prepared = self._prepare(task, args, kwargs, time.time(), partition, trace)
-        return self._enqueue_prepared(task, [prepared], partition)[0]
+        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition(), trace)
+        return self._enqueue_prepared(task, [prepared], prepared.partition)[0]
 
     async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         """`enqueue` on the running event loop's own connection, without tying up a thread."""
@@ -230,17 +252,21 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         return await self._aenqueue_one(task, args, kwargs, None)
 
     async def _aenqueue_one(self, task, args, kwargs, trace: dict[str, str] | None) -> ThreadmillTaskResult:
-        partition = self.next_enqueue_partition()
-        if partition is not None and not self._layout_checked:
+        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition(), trace)
+        if prepared.partition is not None and not self._layout_checked:
             await sync_to_async(self.check_layout)()
-        prepared = self._prepare(task, args, kwargs, time.time(), partition, trace)
-        scripts = self.scripts_for(partition or 0)
-        keys, script_args = scripts.enqueue_call(task.queue_name, [prepared.entry], int(prepared.now // 60))
-        stored, retries = await aretrying(
+        scripts = self.scripts_for(prepared.partition or 0)
+        keys, script_args = scripts.enqueue_call(
+            task.queue_name, [prepared.entry], int(prepared.now // 60), unique=[prepared.unique]
+        )
+        raw, retries = await aretrying(
             self.config.enqueue_retry, (prepared,), lambda: self.aio.run(scripts.enqueue_script, keys, script_args)
         )
+        reply = EnqueueReply.read(raw).without_own([prepared])
         if retries:
-            await sync_to_async(self._count_retries)(scripts.keys.totals(task.queue_name), retries, 1 - stored)
+            await sync_to_async(self._count_retries)(scripts.keys.totals(task.queue_name), retries, 1 - reply.stored)
+        if reply.holders:
+            return await sync_to_async(self._duplicate)(task, reply.holders[0], prepared)
         result = self._new_result(task, prepared)
         await send_task_enqueued(type(self), result)
         return result
@@ -260,9 +286,12 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         self.validate_task(task)
         # Partition 0, which holds the schedules hash the guard reads.
         partition = None if self.partition_count == 1 else 0
-        prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time(), partition)
+        prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time(), partition, pinned=True)
         guard = (schedule.name, "" if tick is None else repr(tick.timestamp()), schedule.timing, str(int(first_offer)))
-        if not self.scripts.enqueue_many(task.queue_name, [prepared.entry], int(prepared.now // 60), schedule=guard):
+        reply = self.scripts.enqueue_many(
+            task.queue_name, [prepared.entry], int(prepared.now // 60), schedule=guard, unique=[prepared.unique]
+        )
+        if not reply.stored:
             return None
         result = self._new_result(task, prepared)
         task_enqueued.send(type(self), task_result=result)
@@ -275,7 +304,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
         Every call's arguments are checked and encoded before anything is written, so bad
         arguments for one fail the whole call. Returns the results in the order of `calls`
-        and sends `task_enqueued` for each. With partitions, each script call writes to one.
+        and sends `task_enqueued` for each stored one (a unique task's duplicate is returned
+        as its holder, `duplicate` set). With partitions, each script call writes to one.
         """
         self.validate_task(task)
         calls = [_call(i, call) for i, call in enumerate(calls)]
@@ -289,17 +319,32 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         batches = []
         for start in range(0, len(calls), ENQUEUE_BATCH):
             partition = self.next_enqueue_partition()
-            batch = [self._prepare(task, *call, now, partition, trace) for call in calls[start : start + ENQUEUE_BATCH]]
-            batches.append((batch, partition))
-        results: list[ThreadmillTaskResult] = []
-        for batch, partition in batches:
-            results += self._enqueue_prepared(task, batch, partition)
+            batch = [
+                self._prepare(task, *call, now, partition, trace) for call in calls[start : start + ENQUEUE_BATCH]
+            ]
+            batches += [([start + i for i in indices], group) for indices, group in by_partition_of(batch)]
+        results: list[ThreadmillTaskResult] = [None] * len(calls)  # type: ignore[list-item]
+        for indices, batch in batches:
+            for index, result in zip(indices, self._enqueue_prepared(task, batch, batch[0].partition), strict=True):
+                results[index] = result
         return results
 
     def _prepare(
-        self, task, args, kwargs, now: float, partition: int | None = None, trace: dict[str, str] | None = None
+        self,
+        task,
+        args,
+        kwargs,
+        now: float,
+        partition: int | None = None,
+        trace: dict[str, str] | None = None,
+        *,
+        pinned: bool = False,
     ) -> PreparedTask:
         args, kwargs = normalize_json(args), normalize_json(kwargs)
+        unique = spec_for(task, args, kwargs)
+        if unique is not None and partition is not None and not pinned:
+            # Every enqueue of one key goes to one partition, whose keys hold it.
+            partition = int(unique.digest[:8], 16) % self.partition_count
         task_id = codec.new_task_id(partition)
         payload = codec.encode_new(task, task_id, args, kwargs, now, trace)
         ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
@@ -307,7 +352,9 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
             segment, score = Segment.READY, ready_score
-        return PreparedTask(task_id, payload, segment, ready_score, score, args, kwargs, now, trace)
+        return PreparedTask(
+            task_id, payload, segment, ready_score, score, args, kwargs, now, unique=unique, partition=partition, trace=trace
+        )
 
     def _enqueue_prepared(
         self, task, prepared: list[PreparedTask], partition: int | None = None
@@ -319,24 +366,34 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             self.check_layout()  # stamps the partitioned layout and this P before the first partitioned task
         entries = [p.entry for p in prepared]
         scripts = self.scripts_for(partition or 0)
+        unique = [p.unique for p in prepared] if getattr(task, "unique", False) else ()
         minute = int(prepared[0].now // 60)
 
-        def send() -> int:
-            stored = scripts.enqueue_many(task.queue_name, entries, minute, durable_within_s)
+        def send() -> EnqueueReply:
+            reply = scripts.enqueue_many(task.queue_name, entries, minute, durable_within_s, unique=unique)
             if self.config.wait_replicas:
                 # As WAITAOF's, the wait ends before the client would give the connection up as lost.
                 ids = [p.id for p in prepared]
                 translate_errors(wait_for_replicas)(
                     scripts, scripts.keys.queues(), self.config.wait_replicas, self.config.socket_timeout / 2, ids
                 )
-            return stored
+            return reply
 
-        stored, retries = retrying(self.config.enqueue_retry, entries, send)
+        reply, retries = retrying(self.config.enqueue_retry, entries, send)
+        reply = reply.without_own(prepared)
         if retries:
-            self._count_retries(scripts.keys.totals(task.queue_name), retries, len(entries) - stored)
-        results = [self._new_result(task, p) for p in prepared]
-        for result in results:
+            self._count_retries(
+                scripts.keys.totals(task.queue_name), retries, len(entries) - reply.stored - len(reply.holders)
+            )
+        duplicates = self._duplicates(task, reply.holders, prepared) if reply.holders else {}
+        results = []
+        for index, p in enumerate(prepared):
+            if index in duplicates:
+                results.append(duplicates[index])
+                continue
+            result = self._new_result(task, p)
             task_enqueued.send(type(self), task_result=result)
+            results.append(result)
         return results
 
     def _count_retries(self, totals_key: str, retries: int, already_stored: int) -> None:
@@ -352,6 +409,34 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             pipe.execute()
         except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
             logger.warning("Counting an enqueue call's %d retries failed: %s", retries, e)
+    def _duplicate(self, task, holder_id: str, prepared: PreparedTask) -> ThreadmillTaskResult:
+        """Return the stored task `holder_id`, which holds the uniqueness key `prepared` asked for, as a duplicate."""
+        return self._duplicates(task, {0: holder_id}, [prepared])[0]
+
+    @translate_errors
+    def _duplicates(
+        self, task, holders: dict[int, str], prepared: list[PreparedTask]
+    ) -> dict[int, ThreadmillTaskResult]:
+        """Read each entry's holder (entry index -> holder id) in one round trip, as duplicates."""
+        ids = sorted(set(holders.values()))
+        pipe = self.client.pipeline(transaction=False)
+        for holder in ids:
+            keys = self.task_keys(holder)
+            pipe.hmget(keys.task(holder), TASK_FIELDS)
+            pipe.get(keys.result(holder))
+        replies = pipe.execute()
+        stored: dict[str, ThreadmillTaskResult] = {}
+        for i, holder in enumerate(ids):
+            try:
+                stored[holder] = self._stored_result(holder, replies[2 * i], replies[2 * i + 1])
+            except TaskResultDoesNotExist:
+                pass  # removed (purged, expired) since the script call, where it held the key
+        return {
+            index: dataclasses.replace(
+                stored.get(holder) or self._new_result(task, prepared[index]._replace(id=holder)), duplicate=True
+            )
+            for index, holder in holders.items()
+        }
 
     def _new_result(self, task, prepared: PreparedTask) -> ThreadmillTaskResult:
         return ThreadmillTaskResult(
@@ -368,8 +453,12 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             errors=[],
             worker_ids=[],
             segment=prepared.segment,
+            unique_key=self._unique_key(prepared),
             trace_context=prepared.trace,
         )
+
+    def _unique_key(self, prepared: PreparedTask) -> str:
+        return "" if prepared.unique is None else self.keys_for(prepared.partition or 0).unique(prepared.unique.digest)
 
     @translate_errors
     def get_result(self, result_id: str) -> ThreadmillTaskResult:
@@ -390,7 +479,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
     def _stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult:
         # A result lives in the task hash; layout 1 kept it in a key of its own, read until it expires.
         data, _, segment, started_at, worker, lease_started, token, read_error, stored_result = fields[:9]
-        progress, metadata, attempts = fields[9:12]
+        progress, metadata, attempts, unique_key = fields[9:13]
         stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {result_id!r} is stored.")
@@ -409,6 +498,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 progress=progress,
                 metadata=metadata,
                 attempts=attempts,
+                unique_key=self.task_keys(result_id).unique(unique_key.decode()) if unique_key else "",
             )
         except UNREADABLE_PAYLOAD_ERRORS as e:
             raise UnreadableTaskError(f"Task {result_id} cannot be read: {e!r}") from e
@@ -508,7 +598,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             document = codec.encode_result(result, return_value)
             end = _ENDED_BY.get(ended_by(result), "-")
             record = attempt_record(result)
-            entries.append((result.id, result.task.queue_name, result.lease_token, document, segment, end, record))
+            unique = getattr(result.task, "unique", False)
+            entries.append((result.id, result.task.queue_name, result.lease_token, document, segment, end, record, unique))
         minute = int(time.time() // 60)
         if len(self.covered_partitions()) == 1:
             accepted = self.scripts.acknowledge(entries, self.config.result_ttl, minute)

@@ -16,7 +16,7 @@ import select
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
@@ -24,6 +24,9 @@ from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnre
 from . import taskstats
 from .base import Segment
 from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
+
+if TYPE_CHECKING:
+    from ..unique import UniqueSpec
 
 _SEGMENT_ORDER = (
     Segment.READY,
@@ -136,6 +139,28 @@ def _heartbeats(ages: Mapping[str, float] | None, settle_s: float | None = None)
     if ages is None:
         return "" if settle_s is None else f"@{settle_s:.3f}"
     return "+" + "".join(f"{name}\t{age:.3f}\n" for name, age in ages.items())
+
+
+class EnqueueReply(NamedTuple):
+    """What the enqueue script answered: how many tasks it stored, and the holder of each duplicate's key."""
+
+    stored: int
+    #: Index of an entry in the call (from 0) -> the id of the task that holds its uniqueness key.
+    holders: dict[int, str]
+
+    def without_own(self, prepared: Sequence[Any]) -> EnqueueReply:
+        """Drop the entries whose key holder is the entry itself: stored by a retried call's first attempt."""
+        own = {index: holder for index, holder in self.holders.items() if holder == prepared[index].id}
+        if not own:
+            return self
+        return EnqueueReply(self.stored, {i: h for i, h in self.holders.items() if i not in own})
+
+    @classmethod
+    def read(cls, reply: int | list) -> EnqueueReply:
+        if isinstance(reply, int):
+            return cls(reply, {})
+        pairs = reply[1:]
+        return cls(int(reply[0]), {int(pairs[i]) - 1: pairs[i + 1].decode() for i in range(0, len(pairs), 2)})
 
 
 class LuaScript:
@@ -281,7 +306,7 @@ class RedisScripts:
     ) -> int:
         return self.enqueue_many(
             queue_name, [(task_id, payload, segment, ready_score, score)], minute, durable_within_s
-        )
+        ).stored
 
     @translate_errors
     def enqueue_many(
@@ -291,18 +316,20 @@ class RedisScripts:
         minute: int,
         durable_within_s: float | None = None,
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
-    ) -> int:
-        """Store (task id, payload, segment, ready score, score) entries of one queue in one call; return how many.
+        unique: Sequence[UniqueSpec | None] = (),
+    ) -> EnqueueReply:
+        """Store (task id, payload, segment, ready score, score) entries of one queue in one call.
 
         `schedule` is (name, tick or "" for run-now, cron and zone, "1" on a broker's first offer) for a
-        scheduled run: 0 when its guard refused it.
+        scheduled run: nothing is stored when its guard refused it. `unique` gives each entry's
+        uniqueness (None: not unique); a duplicate is not stored, and the reply names its holder.
 
         With `durable_within_s`, return only once they are in the append-only file; raises
         DurableEnqueueError when the server cannot confirm that within the time.
         """
-        keys, args = self.enqueue_call(queue_name, entries, minute, schedule)
+        keys, args = self.enqueue_call(queue_name, entries, minute, schedule, unique)
         if durable_within_s is None:
-            return self._run(self._enqueue, keys=keys, args=args)
+            return EnqueueReply.read(self._run(self._enqueue, keys=keys, args=args))
         stored, synced = self._run_durably(self._enqueue, keys=keys, args=args, wait_s=durable_within_s)
         if int(synced[0]) < 1:
             ids = ", ".join(entry[0] for entry in entries)
@@ -310,7 +337,7 @@ class RedisScripts:
                 f"Task {ids} was enqueued, but the server did not confirm it in its append-only file "
                 f"within {durable_within_s:g} s (fsync_enqueue): it may be lost if the server crashes now."
             )
-        return stored
+        return EnqueueReply.read(stored)
 
     def enqueue_call(
         self,
@@ -318,6 +345,7 @@ class RedisScripts:
         entries: Sequence[tuple[str, str, Segment, str, str]],
         minute: int,
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
+        unique: Sequence[UniqueSpec | None] = (),
     ) -> tuple[list[str], list[Any]]:
         """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
         k = self.keys
@@ -332,6 +360,11 @@ class RedisScripts:
         for task_id, payload, segment, ready_score, score in entries:
             keys += [k.task(task_id), k.segment(queue_name, segment)]
             args += [task_id, payload, segment.value, ready_score, score]
+        held = [(i, spec) for i, spec in enumerate(unique, 1) if spec is not None]
+        for i, spec in held:
+            keys.append(k.unique(spec.digest))
+            args += [i, spec.hold_ms, spec.segments]
+        args.append(len(held))
         return keys, args
 
     @property
@@ -363,11 +396,12 @@ class RedisScripts:
 
     @translate_errors
     def acknowledge(self, entries: Sequence[tuple], result_ttl: float, minute: int) -> list:
-        """Acknowledge (task id, queue, lease token, document, finished segment[, end[, record]]) entries; 1 or 0 each.
+        """Acknowledge (task id, queue, lease token, document, finished segment[, end[, record[, unique]]]) entries.
 
-        `end` is `ENDED_BY_TIME_LIMIT` or `ENDED_BY_ABORT` for a run one of them ended, counted in
-        the queue's totals; the letters go only when one is there or records go. `record` is the
-        attempt's record (`threadmill.attempts`), "" for none.
+        Returns 1 or 0 for each. `end` is `ENDED_BY_TIME_LIMIT` or `ENDED_BY_ABORT` for a run one
+        of them ended, counted in the queue's totals. `record` is the attempt's record
+        (`threadmill.attempts`), "" for none. `unique` True asks the script to release the task's
+        uniqueness key. The optional letters and records go only when one of them is there.
         """
         k = self.keys
         queues = list(dict.fromkeys(entry[1] for entry in entries))
@@ -378,14 +412,16 @@ class RedisScripts:
         args: list[Any] = [
             int(result_ttl), THROUGHPUT_COUNTER_TTL_S, k.telemetry(), self.sharded_flag, len(queues), *queues
         ]  # fmt: skip
-        marks, records = "", []
+        marks = uniques = ""
+        records: list[str] = []
         for task_id, queue_name, token, document, segment, *more in entries:
             keys += [k.task(task_id), k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, segment)]
             args += [task_id, token, document, segment.value, index[queue_name]]
             marks += more[0] if more else "-"
             records.append(more[1] if len(more) > 1 else "")
-        if any(records):
-            args += [marks, *records]
+            uniques += "u" if len(more) > 2 and more[2] else "-"
+        if any(records) or "u" in uniques:
+            args += [marks, uniques, *records]
         elif marks.strip("-"):
             args.append(marks)
         keys += [k.throttled(), *(k.wake(name) for name in queues)]

@@ -28,9 +28,13 @@
 -- ARGV[6+m+5n] (string) optional, one letter a task: "t" its run passed its time limit, "a" an
 --                       abort ended it, "-" neither; absent (none of either, or an older caller):
 --                       nothing counted
--- ARGV[6+m+5n+i] (string) optional, task i's attempt record (threadmill.attempts), appended to its
+-- ARGV[7+m+5n] (string) optional, one letter a task: "u" a unique task (its hash may hold a uniqueness
+--                       key, released here), "-" not; absent: none is (a task without unique reads
+--                       nothing more than its fence)
+-- ARGV[7+m+5n+i] (string) optional, task i's attempt record (threadmill.attempts), appended to its
 --                       `attempts` field; "" or absent (an older caller): none
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
+-- include: unique
 local ttl = tonumber(ARGV[1])
 local m = tonumber(ARGV[5])
 local publish = ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH'
@@ -48,11 +52,12 @@ end
 -- From the keys: the optional trailing arguments (marks, attempt records) vary in number.
 local n = (#KEYS - 4 * m - 1) / 3
 local marks = ARGV[6 + m + 5 * n] or ''
+local uniques = ARGV[7 + m + 5 * n] or ''
 -- include: attempts
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id = KEYS[k + 1], ARGV[a + 1]
-  local record = ARGV[6 + m + 5 * n + i] or ''
+  local record = ARGV[7 + m + 5 * n + i] or ''
   local token, attempts
   if record == '' then
     token = redis.call('HGET', task, 'lease_token')
@@ -61,6 +66,12 @@ for i = 1, n do
     token, attempts = fields[1], with_attempt(fields[2], record)
   end
   if token == ARGV[a + 2] then
+    if uniques ~= '' and string.sub(uniques, i, i) == 'u' then
+      local held = redis.call('HMGET', task, 'unique', 'unique_segments')
+      if held[1] then
+        release_unique(task, id, held[1], held[2], ARGV[a + 4], ttl)
+      end
+    end
     if attempts then
       redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3], 'attempts', attempts)
     else

@@ -18,6 +18,8 @@
 -- ARGV[6] (number) seconds a per-minute counter lives
 -- Returns: 1 cancelled; 2 abort requested (running); 0 already finished; -1 it left the segment
 --          read (read it again); -2 no such task; -3 unreadable (quarantined, not cancellable)
+-- A cancelled unique task gives up its uniqueness key (a running one when its worker acknowledges).
+-- include: unique
 local current = redis.call('HGET', KEYS[1], 'segment')
 if not current then
   return -2
@@ -44,6 +46,10 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('HSET', KEYS[1], 'segment', 'failed', 'result', ARGV[3], 'abort_requested', ARGV[5])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
+local unique = redis.call('HGET', KEYS[1], 'unique')
+if unique then
+  release_unique(KEYS[1], ARGV[1], unique, nil, nil, 0)
+end
 redis.call('HINCRBY', KEYS[4], 'finished', 1)
 redis.call('HINCRBY', KEYS[4], 'failed', 1)
 redis.call('HINCRBY', KEYS[4], 'cancelled', 1)

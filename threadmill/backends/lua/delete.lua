@@ -9,13 +9,18 @@
 -- ARGV[3..n] (string) task ids
 -- Returns: {id1, id2, ...} the ids deleted; an id left in the segment whose task data
 --          already expired counts as deleted (its entry is removed)
+-- A deleted unique task gives up its uniqueness key.
+-- include: unique
 local deleted = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local key = KEYS[1] .. id
-  local fields = redis.call('HMGET', key, 'queue', 'segment')
+  local fields = redis.call('HMGET', key, 'queue', 'segment', 'unique')
   local here = fields[1] == ARGV[1] and fields[2] == ARGV[2]
   if here or (not fields[1] and redis.call('ZSCORE', KEYS[3], id)) then
+    if fields[3] then
+      release_unique(key, id, fields[3], nil, nil, 0)
+    end
     redis.call('ZREM', KEYS[3], id)
     redis.call('DEL', key, KEYS[2] .. id)
     deleted[#deleted + 1] = id

@@ -16,6 +16,7 @@
 -- KEYS[5]     (hash)   the queue's totals: enqueued, finished, failed
 -- KEYS[2i+4]  (hash)   task i
 -- KEYS[2i+5]  (zset)   task i's target segment: ready (score: priority, then FIFO) or deferred (run_after)
+-- KEYS[5+2n+j] (string) unique entry j's uniqueness key: the id of the task holding it
 -- ARGV[1]     (string) queue name
 -- ARGV[2]     (string) telemetry channel
 -- ARGV[3]     (number) seconds the ingress counter lives
@@ -31,9 +32,16 @@
 -- ARGV[5i+8]  (number) task i's score in its target segment
 -- A task whose hash exists already is left as it is and not counted: a retried call whose first
 -- reply was lost stored it then, and it may have moved on since (leased, even finished).
--- Returns: the number of tasks stored now (0 when a schedule's guard refused the run); fewer than
--- given means the rest were already stored
-local n = (#ARGV - 8) / 5
+-- ARGV[6+5n+3j] (number) unique entry j: its task's index i (a task has at most one entry)
+-- ARGV[7+5n+3j] (number) unique entry j: milliseconds its key holds at most, 0 while its holder counts
+-- ARGV[8+5n+3j] (string) unique entry j: the segments its holder counts in, comma-separated
+-- ARGV[#ARGV]  (number) u, the number of unique entries (0 for a call without unique tasks)
+-- Returns: the number of tasks stored now (0 when a schedule's guard refused the run; fewer than
+--          given means the rest were already stored or duplicates); with u > 0, {stored, i, holder
+--          id, ...}: each task i not stored as a duplicate, and who holds its key (its own id when a
+--          retried call's first attempt stored it)
+local u = tonumber(ARGV[#ARGV])
+local n = (#ARGV - 9 - 3 * u) / 5
 local schedule, tick, timing = ARGV[4], ARGV[5], ARGV[6]
 if schedule ~= '' then
   if tick ~= '' then
@@ -58,18 +66,24 @@ if schedule ~= '' then
   redis.call('HSET', KEYS[4], schedule .. ':task', ARGV[9], schedule .. ':enqueued_at',
     string.format('%d.%06d', time[1], time[2]))
 end
+-- include: unique
+local unique = u > 0 and admit_unique(n, u) or nil
+local duplicate = unique and unique.duplicate or {}
 local ready = false
 local stored = 0
 for i = 1, n do
   local a = 5 * i + 4
-  -- Already stored (enqueue_retry): skipped whole.
-  if redis.call('EXISTS', KEYS[2 * i + 4]) == 0 then
+  -- A duplicate, or already stored (enqueue_retry): skipped whole.
+  if not duplicate[i] and redis.call('EXISTS', KEYS[2 * i + 4]) == 0 then
     stored = stored + 1
     redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
       'score', ARGV[a + 3])
     redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
     ready = ready or ARGV[a + 2] == 'ready'
   end
+end
+if u > 0 then
+  unique.store(stored)
 end
 redis.call('SADD', KEYS[1], ARGV[1])
 -- Written even when nothing was stored (INCRBY 0 is a write): WAITAOF and WAIT after a retry
@@ -83,4 +97,7 @@ if ready and redis.call('LLEN', KEYS[3]) == 0 then
 end
 local publish = ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH'
 redis.call(publish, ARGV[2], '{"type":"ingress","queue":' .. cjson.encode(ARGV[1]) .. ',"count":' .. stored .. '}')
+if u > 0 then
+  return unique.reply
+end
 return stored

@@ -6,11 +6,17 @@
 -- ARGV[1] (number) batch size
 -- ARGV[2] (string) the segment's name; a task hash naming another segment is not deleted
 -- Returns: the number of ids removed from the segment in this batch
+-- A deleted unique task gives up its uniqueness key.
+-- include: unique
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 for _, id in ipairs(ids) do
   local key = KEYS[2] .. id
-  local segment = redis.call('HGET', key, 'segment')
+  local fields = redis.call('HMGET', key, 'segment', 'unique')
+  local segment = fields[1]
   if segment == ARGV[2] or not segment then
+    if fields[2] then
+      release_unique(key, id, fields[2], nil, nil, 0)
+    end
     redis.call('DEL', key, KEYS[3] .. id)
   end
   redis.call('ZREM', KEYS[1], id)

@@ -173,14 +173,16 @@ class QueueTooling(ToolingHost):
         pipe.get(keys.result(task_id))
         pipe.zscore(keys.segment(queue_name, segment), task_id)
         fields, old_layout_result, score = pipe.execute()
-        data, _, _, started_at, worker, lease_started, token, read_error, stored_result, progress, metadata, attempts = (
-            fields
-        )
+        data, _, _, started_at, worker, lease_started, token, read_error, stored_result, progress, metadata = fields[:11]
+        attempts, unique = fields[11], fields[12]
         stored_result = stored_result or old_layout_result
         if data is None:
             raise TaskResultDoesNotExist(f"No task with id {task_id!r} is stored.")
         row = [task_id.encode(), data, stored_result, started_at, worker, lease_started, token, read_error, score]
-        return self._peeked(queue_name, segment, [*row, progress], metadata, attempts)
+        task = self._peeked(queue_name, segment, [*row, progress], metadata, attempts)
+        if unique is not None and isinstance(task, ThreadmillTaskResult):
+            return replace(task, unique_key=keys.unique(unique.decode()))
+        return task
 
     def _peeked(
         self, queue_name: str, segment: Segment, row: list, metadata: bytes | None = None, attempts: bytes | None = None
