@@ -40,18 +40,30 @@ _switch = Switch()
 _exporter = InMemorySpanExporter()
 
 
+def _reset_trace_globals() -> None:
+    """Forget the global tracer provider, as OpenTelemetry's own test utilities do between tests.
+
+    Without it the SDK provider set here stays for the rest of the session, and every task
+    enqueued by a later test stores a (random, unsampled) trace context in its payload.
+    """
+    from opentelemetry.util._once import Once
+
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+
+
 @pytest.fixture
 def spans():
-    """The spans this test records, through the process's (global) SDK tracer provider."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider(sampler=_switch)
-        provider.add_span_processor(SimpleSpanProcessor(_exporter))
-        trace.set_tracer_provider(provider)
+    """The spans this test records, through an SDK tracer provider set as the global one for the test."""
+    provider = TracerProvider(sampler=_switch)
+    provider.add_span_processor(SimpleSpanProcessor(_exporter))
+    trace.set_tracer_provider(provider)
     _exporter.clear()
     _switch.on = True
     yield _exporter
     _switch.on = False
     _exporter.clear()
+    _reset_trace_globals()
 
 
 def _named(spans, name: str) -> list:
