@@ -53,7 +53,9 @@ class SeenSegmentForm(forms.Form):
     seen = forms.ChoiceField(
         choices=[("", "unknown"), *((str(s), str(s)) for s in api.Segment)],
         required=False,
-        error_messages={"invalid_choice": "The seen field names a segment (ready, deferred, running, ...) or is absent."},
+        error_messages={
+            "invalid_choice": "The seen field names a segment (ready, deferred, running, ...) or is absent."
+        },
     )
 
     def clean_seen(self) -> api.Segment | None:

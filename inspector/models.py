@@ -45,7 +45,12 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ("-at", "-id")
         verbose_name_plural = "audit entries"
-        permissions = (("change_queue", "Can act in the Threadmill console: requeue, delete, purge, pause, quiet, stop, run schedules"),)
+        permissions = (
+            (
+                "change_queue",
+                "Can act in the Threadmill console: requeue, delete, purge, pause, quiet, stop, run schedules",
+            ),
+        )
 
     def __str__(self) -> str:
         return f"{self.username} {self.action} {self.count} on {self.backend}/{self.queue_name}/{self.segment}"

@@ -70,7 +70,11 @@ def task_path_list(request):
     span = _choice(request, "span", SPANS, "1h")
     sort = _choice(request, "sort", SORTS, "runs")
     title, minutes = SPANS[span]
-    rows = [PathRow.of(alias, stats) for alias in api.backend_aliases() for stats in api.metrics.task_paths(alias, minutes=minutes)]
+    rows = [
+        PathRow.of(alias, stats)
+        for alias in api.backend_aliases()
+        for stats in api.metrics.task_paths(alias, minutes=minutes)
+    ]
     key = SORTS[sort]
     if key is None:
         rows.sort(key=lambda r: (r.stats.path, r.stats.queue, r.alias))

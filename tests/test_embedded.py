@@ -18,9 +18,8 @@ def test_a_restart_keeps_the_data(tmp_path):
 
 
 def test_a_second_copy_on_the_same_data_directory_is_refused(tmp_path):
-    with EmbeddedValkey(tmp_path, free_port()):
-        with pytest.raises(EmbeddedServerError, match="already runs on"):
-            EmbeddedValkey(tmp_path, free_port()).start()
+    with EmbeddedValkey(tmp_path, free_port()), pytest.raises(EmbeddedServerError, match="already runs on"):
+        EmbeddedValkey(tmp_path, free_port()).start()
 
 
 def test_stop_ends_the_process_and_frees_the_directory(tmp_path):
@@ -32,6 +31,8 @@ def test_stop_ends_the_process_and_frees_the_directory(tmp_path):
 
 
 def test_a_taken_port_is_a_clear_error(tmp_path):
-    with EmbeddedValkey(tmp_path / "a", free_port()) as first:
-        with pytest.raises(EmbeddedServerError, match="already in use"):
-            EmbeddedValkey(tmp_path / "b", first.port).start()
+    with (
+        EmbeddedValkey(tmp_path / "a", free_port()) as first,
+        pytest.raises(EmbeddedServerError, match="already in use"),
+    ):
+        EmbeddedValkey(tmp_path / "b", first.port).start()

@@ -46,7 +46,9 @@ os.waitpid(child, 0)
 
 
 def test_a_process_keeps_its_name_and_a_forked_child_chooses_its_own():
-    done = subprocess.run([sys.executable, "-c", FORK], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", FORK], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
     (name, again, pid), (childs, child_pid) = (line.split() for line in done.stdout.splitlines())
     assert name == again and WorkerName.parse(name).pid == int(pid)
     assert WorkerName.parse(childs).pid == int(child_pid) and childs != name

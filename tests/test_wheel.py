@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import venv
 from pathlib import Path
 
@@ -151,18 +150,27 @@ def _installed(python: Path, cwd: Path, names: tuple[str, ...]) -> list[str]:
     return _run(python, cwd, "-c", probe, *names).stdout.split()
 
 
-def test_the_wheel_without_extras_runs_a_worker_and_with_console_renders_the_console(
-    distributions, valkey, tmp_path
-):
+def test_the_wheel_without_extras_runs_a_worker_and_with_console_renders_the_console(distributions, valkey, tmp_path):
     members = subprocess.run(
         [sys.executable, "-m", "zipfile", "-l", str(distributions["wheel"])], capture_output=True, text=True
     ).stdout
-    for shipped in ("threadmill/py.typed", "threadmill/backends/lua/acquire.lua", "inspector/_templates/inspector/base.html"):
+    for shipped in (
+        "threadmill/py.typed",
+        "threadmill/backends/lua/acquire.lua",
+        "inspector/_templates/inspector/base.html",
+    ):
         assert shipped in members, shipped
     # Packages are listed by hand in pyproject.toml: a new one left out would be missing here.
-    packages = [p.relative_to(REPO).as_posix() for top in ("threadmill", "inspector") for p in (REPO / top).rglob("__init__.py")]
+    packages = [
+        p.relative_to(REPO).as_posix() for top in ("threadmill", "inspector") for p in (REPO / top).rglob("__init__.py")
+    ]
     assert [p for p in packages if p not in members] == []
-    data = [p.relative_to(REPO).as_posix() for top in ("templates", "static") for p in (REPO / top).rglob("*") if p.is_file()]
+    data = [
+        p.relative_to(REPO).as_posix()
+        for top in ("templates", "static")
+        for p in (REPO / top).rglob("*")
+        if p.is_file()
+    ]
     assert [p for p in data if f"inspector/_{p}" not in members] == []
 
     env_dir, project = tmp_path / "venv", tmp_path / "project"
@@ -183,7 +191,9 @@ def test_the_wheel_without_extras_runs_a_worker_and_with_console_renders_the_con
     assert checked.returncode == 0, checked.stderr[-3000:]
     enqueued = _run(python, project, "-c", ENQUEUE)
     assert enqueued.returncode == 0, enqueued.stderr[-3000:]
-    drained = _run(python, project, "manage.py", "threadmill", "worker", "--exit-empty", "-w", "1", "-t", "2", timeout=120)
+    drained = _run(
+        python, project, "manage.py", "threadmill", "worker", "--exit-empty", "-w", "1", "-t", "2", timeout=120
+    )
     assert drained.returncode == 0, drained.stderr[-3000:]
     results = _run(python, project, "-c", CHECK_RESULTS)
     assert results.returncode == 0 and "20 of 20 successful" in results.stdout, results.stderr[-3000:]

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Self, TextIO
 
 import redis
 
@@ -89,7 +89,7 @@ class EmbeddedValkey:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> EmbeddedValkey:
+    def start(self) -> Self:
         """Start the server and wait until it answers; EmbeddedServerError if it cannot."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock()
@@ -161,7 +161,7 @@ class EmbeddedValkey:
             self._lock_file.close()
             self._lock_file = None
 
-    def __enter__(self) -> EmbeddedValkey:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

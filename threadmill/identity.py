@@ -68,7 +68,7 @@ _this_process = ""
 
 def this_process_name() -> str:
     """Return this process's name, chosen once per process; a forked child chooses its own."""
-    global _this_process  # noqa: PLW0603 - one name per process
+    global _this_process
     with _lock:
         if not _this_process:
             _this_process = str(WorkerName.for_process(new_incarnation()))
@@ -77,7 +77,7 @@ def this_process_name() -> str:
 
 def name_this_process(incarnation: str) -> str:
     """Make this process's name the one of `incarnation` (a supervisor chose it before the fork) and return it."""
-    global _this_process  # noqa: PLW0603 - one name per process
+    global _this_process
     with _lock:
         _this_process = str(WorkerName.for_process(incarnation))
         return _this_process
@@ -85,7 +85,7 @@ def name_this_process(incarnation: str) -> str:
 
 def _forget_in_child() -> None:
     # A fork copies the name (and maybe a held lock): the child is another process.
-    global _lock, _this_process  # noqa: PLW0603
+    global _lock, _this_process
     _lock, _this_process = threading.Lock(), ""
 
 

@@ -47,7 +47,7 @@ class TaskProgress:
     note: str = ""
 
 
-def set_progress(done: int | float, total: int | float | None = None, note: str = "") -> None:
+def set_progress(done: float, total: float | None = None, note: str = "") -> None:
     """Record how far the running task is; the worker stores it without holding the task up.
 
     Raises:
@@ -271,4 +271,3 @@ class TaskReports:
                 METADATA_LIMIT_BYTES,
             )
         report.merged = True
-

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 RetryPolicy = Callable[[TaskContext], "timedelta | None"]
 
 
-def _seconds(value: timedelta | float | int) -> float:
+def _seconds(value: timedelta | float) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 

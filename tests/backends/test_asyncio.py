@@ -53,7 +53,6 @@ async def test_aget_result_of_an_unknown_id_raises_task_result_does_not_exist(ba
         await backend.aget_result("no-such-task")
 
 
-
 def named(server: ServerUnderTest, name: str) -> RedisTaskBackend:
     """A contract backend whose connections carry `name` (CLIENT SETNAME), so a test counts its own."""
     params = server.params(QUEUES=["default"])

@@ -38,11 +38,10 @@ def test_a_task_enqueued_on_commit_is_stored_only_after_the_transaction_commits(
 
 
 def test_a_rolled_back_transaction_enqueues_nothing(tasks_backend):
-    with pytest.raises(RuntimeError, match="the view failed"):
-        with transaction.atomic():
-            _write_row(2)
-            echo.enqueue_on_commit(2)
-            raise RuntimeError("the view failed")
+    with pytest.raises(RuntimeError, match="the view failed"), transaction.atomic():
+        _write_row(2)
+        echo.enqueue_on_commit(2)
+        raise RuntimeError("the view failed")
     assert _ready_args(tasks_backend) == []
 
 
@@ -53,9 +52,8 @@ def test_outside_a_transaction_it_enqueues_at_once_and_keyword_arguments_pass_th
 
 
 def test_arguments_that_are_not_json_raise_at_the_call_and_nothing_is_stored_at_the_commit(tasks_backend):
-    with transaction.atomic():
-        with pytest.raises(TypeError):
-            echo.enqueue_on_commit(object())
+    with transaction.atomic(), pytest.raises(TypeError):
+        echo.enqueue_on_commit(object())
     assert _ready_args(tasks_backend) == []
 
 

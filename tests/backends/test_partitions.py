@@ -271,7 +271,7 @@ def test_the_broker_promotes_reaps_and_recovers_in_every_partition(where):
     seconds, micros = raw.time()
     # Silent past worker_timeout (2 s), not yet past lease_ttl + worker_timeout (3 s), when leases are the reaper's.
     raw.zadd("threadmill:{default}:workers", {"h:dead": seconds + micros / 1e6 - 2.5})
-    promoted, recovered = broker.run_once()
+    _, recovered = broker.run_once()
     assert recovered == 3
     assert backend.queue_stats()["default"][Segment.READY] == 3
     assert all(backend.get_result(r.id).errors[-1].exception_class_path.endswith("WorkerLost") for r in leased)

@@ -288,7 +288,7 @@ def test_a_live_worker_keeps_its_leases(short, broker, raw):
 def test_recovery_takes_back_the_leases_of_a_worker_with_no_heartbeat_once_they_are_worker_timeout_old(
     short, broker, raw
 ):
-    lost, goodbye, new = (enqueue(short, echo, i) for i in range(3))
+    lost, goodbye, _new = (enqueue(short, echo, i) for i in range(3))
     short.acquire("default", worker="h:1:lost")  # never beat: lost before its first heartbeat
     short.heartbeat("h:2:goodbye", {"type": "worker"})
     short.acquire("default", worker="h:2:goodbye")
@@ -395,9 +395,7 @@ def test_recovery_never_fails_a_suspect_whose_lease_recorded_no_run_under_way(sh
     assert raw.hget(T + innocent.id, "worker_losses") == b"0"
 
 
-def test_recovery_of_a_suspect_leased_by_a_worker_that_keeps_no_record_falls_back_to_the_heartbeat(
-    short, broker, raw
-):
+def test_recovery_of_a_suspect_leased_by_a_worker_that_keeps_no_record_falls_back_to_the_heartbeat(short, broker, raw):
     [suspect] = _suspects(short, broker, raw)
 
     def lose_to_an_older_release(worker: str, heartbeat: dict) -> None:

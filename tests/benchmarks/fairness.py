@@ -225,10 +225,15 @@ def run(repeats: int = 3, peer_names: list[str] | None = None, order: str = naps
         "processes": PROCESSES,
         "threads": THREADS,
         "workload": {
-            "order": order, "fast": naps.FAST_PER_SLOW * naps.ROUNDS, "fast_s": naps.FAST_S, "slow": naps.ROUNDS,
-            "slow_s": naps.SLOW_S, "urgent_s": naps.URGENT_S, "urgent_after_first_start_s": naps.URGENT_AFTER_S,
+            "order": order,
+            "fast": naps.FAST_PER_SLOW * naps.ROUNDS,
+            "fast_s": naps.FAST_S,
+            "slow": naps.ROUNDS,
+            "slow_s": naps.SLOW_S,
+            "urgent_s": naps.URGENT_S,
+            "urgent_after_first_start_s": naps.URGENT_AFTER_S,
             "total_work_s": round(naps.total_work_s(), 3),
-        },  # fmt: skip
+        },
         "ideal_s": round(naps.total_work_s() / PROCESSES, 4),
         "queues": results,
         "skipped": skipped,

@@ -146,7 +146,9 @@ FAULTS = [
     Fault("kill -9 the worker process (the pool respawns it)", kill_worker_process),
     Fault("restart Valkey cleanly (SIGTERM, append-only file)", restart_server),
     Fault(f"Valkey down for {OUTAGE_S:g} s, then back", server_down),
-    Fault("kill -9 the pool's container (a fresh PID namespace) and start it again", restart_container, namespaced=True),
+    Fault(
+        "kill -9 the pool's container (a fresh PID namespace) and start it again", restart_container, namespaced=True
+    ),
     Fault(f"freeze the worker process {FREEZE_S:g} s (SIGSTOP, 2x worker_timeout)", freeze_worker_process),
     Fault(f"{EXITING_TASKS} tasks call sys.exit() among the drain", nothing, exiting=EXITING_TASKS),
     Fault("a poison task among the drain SIGKILLs its worker process each run", nothing, poison=True),
@@ -185,7 +187,9 @@ def enqueue(server_url: str, tasks: int, fault: Fault) -> list[str]:
     every = tasks // fault.exiting if fault.exiting else 0
     for i in range(tasks):
         exits = every and i % every == every // 2
-        ids.append(backend.enqueue(count_then_exit if exits else count_run, [], {} if exits else {"sleep_ms": TASK_MS}).id)
+        ids.append(
+            backend.enqueue(count_then_exit if exits else count_run, [], {} if exits else {"sleep_ms": TASK_MS}).id
+        )
     if fault.poison:
         # Behind a tenth of the drain: it waits in the buffer beside innocent tasks each time.
         ids.insert(tasks // 10, backend.enqueue(kill_own_process, [], {}).id)

@@ -7,7 +7,6 @@ THREADMILL_TEST_PARTITIONS asks for partitions (the idle start of a partitioned 
 
 import os
 
-
 from tests.settings import *
 
 TASKS = {

@@ -39,7 +39,7 @@ def test_cancelling_half_of_a_thousand_tasks_while_a_pool_drains_loses_none_and_
     wait_for(lambda: pool.process.poll() is not None, lambda: f"the pool drains and exits ({tally.summary()})", 60)
     assert pool.process.returncode == 0, pool.output[-3000:]
     by_outcome = Counter(outcomes.values())
-    print(f"\ncancels racing the drain: {dict((o.value, n) for o, n in by_outcome.items())}")
+    print(f"\ncancels racing the drain: { {o.value: n for o, n in by_outcome.items()} }")
     assert set(by_outcome) <= {CancelOutcome.CANCELLED, CancelOutcome.ABORT_REQUESTED, CancelOutcome.ALREADY_FINISHED}
     assert by_outcome[CancelOutcome.CANCELLED] > 0  # the race did race: some were still ready
     started, finished = tally.started(), tally.finished()
@@ -131,7 +131,9 @@ def test_a_task_that_ignores_the_abort_gets_taskcancelled_after_the_grace_and_it
 
     assert tally.backend.cancel(task_id) is True
 
-    wait_for(lambda: pool.process.poll() is not None, lambda: f"the pool drains and exits ({tally.summary()})", 10 + SLACK_S)
+    wait_for(
+        lambda: pool.process.poll() is not None, lambda: f"the pool drains and exits ({tally.summary()})", 10 + SLACK_S
+    )
     assert pool.process.returncode == 0, pool.output[-3000:]
     result = tally.backend.get_result(task_id)
     assert result.status == TaskResultStatus.FAILED and _error_paths(tally, task_id) == [CANCELLED]
@@ -153,7 +155,9 @@ def test_an_async_task_that_ignores_the_abort_is_cancelled_after_the_grace_and_i
     assert tally.backend.cancel(task_id) is True
 
     # Its coroutine is cancelled on its own loop at the grace: well before the 20 s escalation.
-    wait_for(lambda: pool.process.poll() is not None, lambda: f"the pool drains and exits ({tally.summary()})", 10 + SLACK_S)
+    wait_for(
+        lambda: pool.process.poll() is not None, lambda: f"the pool drains and exits ({tally.summary()})", 10 + SLACK_S
+    )
     assert pool.process.returncode == 0, pool.output[-3000:]
     result = tally.backend.get_result(task_id)
     assert result.status == TaskResultStatus.FAILED and _error_paths(tally, task_id) == [CANCELLED]

@@ -91,10 +91,12 @@ def test_a_pool_killed_and_restarted_in_a_fresh_pid_namespace_runs_every_task_ag
     first = start_namespaced_pool(fault_server, "-w", "2", "-t", "2", "--prefetch-count", "8")
     # Both processes run tasks and hold more in their buffers.
     wait_for(
-        lambda: first.alive()
-        and len({worker for worker, _ in _leases(tally).values()}) == 2
-        and len(_leases(tally)) >= 12
-        and sum(tally.started().values()) >= 4,
+        lambda: (
+            first.alive()
+            and len({worker for worker, _ in _leases(tally).values()}) == 2
+            and len(_leases(tally)) >= 12
+            and sum(tally.started().values()) >= 4
+        ),
         lambda: f"both worker processes run tasks and buffer more ({tally.summary()})",
         30,
     )

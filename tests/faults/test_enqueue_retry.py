@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Self
 from urllib.parse import urlsplit
 
 import pytest
@@ -63,7 +64,7 @@ class Load:
             threading.Thread(target=lambda: asyncio.run(self._async_loop()), name="asyncio"),
         ]
 
-    def __enter__(self) -> Load:
+    def __enter__(self) -> Self:
         for thread in self.threads:
             thread.start()
         return self

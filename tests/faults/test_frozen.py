@@ -16,7 +16,6 @@ import pytest
 from django.tasks import TaskResultStatus
 
 from tests.faults.conftest import FAULT_TIMEOUTS, Tally, wait_for, wait_for_drain
-from threadmill.backends.base import Segment
 
 pytestmark = pytest.mark.slow
 
@@ -44,9 +43,7 @@ def _wait_until_it_settles(pool, tally: Tally, name: str) -> None:
     )
 
 
-def test_a_process_frozen_past_the_worker_timeout_does_not_run_its_stale_buffer(
-    tally: Tally, fault_server, start_pool
-):
+def test_a_process_frozen_past_the_worker_timeout_does_not_run_its_stale_buffer(tally: Tally, fault_server, start_pool):
     tally.enqueue(60, sleep_ms=100)
     frozen_pool = start_pool(fault_server, "-w", "1", "-t", "1", "--prefetch-count", "10")
     wait_for(
@@ -84,17 +81,17 @@ def test_a_process_frozen_across_a_server_restart_leases_nothing_until_its_heart
     wait_for(lambda: pool.alive() and len(pool.worker_names()) == 2, lambda: "two worker processes report", 30)
     victim = pool.children()[0]
     victim_name = pool.worker_name(victim)
-    wait_for(
-        lambda: victim_name in tally.backend.worker_heartbeats(), lambda: "the victim's heartbeat is stored", 10
-    )
+    wait_for(lambda: victim_name in tally.backend.worker_heartbeats(), lambda: "the victim's heartbeat is stored", 10)
     os.kill(victim, signal.SIGSTOP)
     try:
         # Its connections die with the server: on resume its first heartbeat fails, and it must not
         # lease on an old heartbeat, which the broker takes for a dead worker's.
         fault_server.restart()
         wait_for(
-            lambda: (beat := tally.backend.worker_heartbeats().get(victim_name)) is None
-            or tally.backend.server_time().timestamp() - beat > 2 * WORKER_TIMEOUT_S,
+            lambda: (
+                (beat := tally.backend.worker_heartbeats().get(victim_name)) is None
+                or tally.backend.server_time().timestamp() - beat > 2 * WORKER_TIMEOUT_S
+            ),
             lambda: "the frozen process's heartbeat is older than twice the worker timeout",
             30,
         )

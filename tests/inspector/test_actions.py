@@ -217,7 +217,9 @@ def test_a_task_page_s_requeue_leaves_a_task_that_left_the_segment_the_page_show
 
     assert response.status_code == 302
     assert raw.hget("threadmill:{default}:task:" + task_id, "segment") == b"successful"
-    assert "was not requeued: it is no longer failed" in operator_client.get(response.headers["Location"]).content.decode()
+    assert (
+        "was not requeued: it is no longer failed" in operator_client.get(response.headers["Location"]).content.decode()
+    )
     assert AuditEntry.objects.get().count == 0
     assert csrf_post(operator_client, url, {"seen": "finished"}).status_code == 400
     assert csrf_post(operator_client, url, {"seen": "successful"}).status_code == 302

@@ -9,7 +9,7 @@ from tests.inspector.test_browser import browser, expect_text, live, log_in, pag
 pytestmark = pytest.mark.browser
 
 
-def test_cancel_two_selected_ready_tasks_and_see_them_failed(page, live, backend):  # noqa: F811
+def test_cancel_two_selected_ready_tasks_and_see_them_failed(page, live, backend):
     from tests.tasks import echo
 
     first, second, kept = (echo.enqueue(f"<b>{i}</b>").id for i in range(3))

@@ -29,7 +29,7 @@ def _socket_open(page, polls: list[str]) -> None:
     polls.clear()
 
 
-def test_progress_moves_over_the_websocket_with_no_poll(page, live, backend):  # noqa: F811
+def test_progress_moves_over_the_websocket_with_no_poll(page, live, backend):
     from tests.tasks import report_in_steps
 
     task_id = report_in_steps.enqueue(["test:live0", "test:live1", "test:live2"]).id
@@ -61,7 +61,7 @@ def test_progress_moves_over_the_websocket_with_no_poll(page, live, backend):  #
     assert live.stop_worker(worker) == 0
 
 
-def test_the_task_page_polls_while_the_socket_is_down(page, live, backend):  # noqa: F811
+def test_the_task_page_polls_while_the_socket_is_down(page, live, backend):
     from tests.tasks import report_in_steps
 
     page.route_web_socket(re.compile(r".*/threadmill/ws/.*"), lambda socket: socket.close())

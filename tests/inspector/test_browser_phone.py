@@ -36,7 +36,7 @@ TARGETS = (
 
 
 @pytest.fixture(scope="module")
-def phone(browser, live):  # noqa: F811
+def phone(browser, live):
     """One logged-in page for the whole module, with an audit entry or two to show."""
     context = browser.new_context(base_url=live.url, viewport={"width": PHONE, "height": 844})
     page = context.new_page()
@@ -124,8 +124,10 @@ _OVERFLOW = """() => {
 
 _SMALL_TARGETS = """(selector) => [...document.querySelectorAll(selector)]
   .filter(e => e.offsetParent !== null && e.type !== "hidden")
-  .filter(e => e.getBoundingClientRect().height < %d)
-  .map(e => e.outerHTML.slice(0, 80) + " " + e.getBoundingClientRect().height)""" % MIN_TARGET_PX
+  .filter(e => e.getBoundingClientRect().height < MIN_TARGET_PX)
+  .map(e => e.outerHTML.slice(0, 80) + " " + e.getBoundingClientRect().height)""".replace(
+    "MIN_TARGET_PX", str(MIN_TARGET_PX)
+)
 
 
 def serious_violations(page) -> list[str]:

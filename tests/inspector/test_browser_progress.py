@@ -10,7 +10,7 @@ from tests.worker.conftest import wait_until
 pytestmark = pytest.mark.browser
 
 
-def test_the_progress_of_a_running_task_follows_it_in_the_console(page, live, backend):  # noqa: F811
+def test_the_progress_of_a_running_task_follows_it_in_the_console(page, live, backend):
     from tests.tasks import report_in_steps
 
     task_id = report_in_steps.enqueue(["test:step0", "test:step1"]).id

@@ -10,7 +10,7 @@ from tests.worker.conftest import wait_until
 pytestmark = pytest.mark.browser
 
 
-def test_the_tasks_page_shows_what_a_pool_ran_and_leads_to_a_path_s_charts_and_tasks(page, live, backend):  # noqa: F811
+def test_the_tasks_page_shows_what_a_pool_ran_and_leads_to_a_path_s_charts_and_tasks(page, live, backend):
     from tests.tasks import echo, explode
 
     for i in range(12):
@@ -18,9 +18,7 @@ def test_the_tasks_page_shows_what_a_pool_ran_and_leads_to_a_path_s_charts_and_t
     for _ in range(3):
         explode.enqueue("<b>no</b>")
     worker = live.start_worker()
-    wait_until(
-        lambda: sum(s.runs for s in backend.task_stats(minutes=60)) == 15, "the pool's attempts are counted"
-    )
+    wait_until(lambda: sum(s.runs for s in backend.task_stats(minutes=60)) == 15, "the pool's attempts are counted")
 
     log_in(page, "/threadmill/tasks/")
     expect_text(page, 'tr[data-task="tests.tasks.echo"] .runs', "12")

@@ -23,7 +23,10 @@ def test_cancel_on_a_waiting_task_s_page_finishes_it_failed_and_audits_it(operat
     assert "was cancelled by operator at " in result.errors[0].traceback
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.segment, entry.count, entry.task_ids) == ("cancel", segment, 1, [task_id])
-    assert f"Cancelled task {task_id}: it will not run." in operator_client.get(response.headers["Location"]).content.decode()
+    assert (
+        f"Cancelled task {task_id}: it will not run."
+        in operator_client.get(response.headers["Location"]).content.decode()
+    )
 
 
 def test_cancel_on_a_running_task_s_page_asks_its_worker_to_abort(operator_client, seeded, raw):

@@ -13,7 +13,7 @@ class QuotaExceeded(Exception):
 def raised(exception: BaseException) -> BaseException:
     try:
         raise exception
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001 - the test wants the exception object, raised for its traceback
         return e
 
 

@@ -8,7 +8,7 @@ import pytest
 
 pytestmark = pytest.mark.django_db
 
-HOSTILE = '<img src=x onerror=alert(1)>'
+HOSTILE = "<img src=x onerror=alert(1)>"
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from threadmill.outcome import error_of, mark_failed, mark_successful
 
 
 def _rows(html: str) -> list[str]:
-    table = re.search(r'<table class="timeline" id="task-timeline">(.*?)</table>', html, re.S)
+    table = re.search(r'<table class="timeline" id="task-timeline">(.*?)</table>', html, re.DOTALL)
     assert table, "the page has no timeline"
-    rows = re.findall(r"<tr class=.*?</tr>", table[1], re.S)
+    rows = re.findall(r"<tr class=.*?</tr>", table[1], re.DOTALL)
     return [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip() for row in rows]
 
 
@@ -68,4 +68,3 @@ def test_hostile_attempt_records_are_escaped_or_left_out(operator_client, backen
     html = operator_client.get(f"/threadmill/default/task/{task_id}/").content.decode()
     assert "<img src=x" not in html and "<script>" not in html and "<i>e</i>" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
-

@@ -14,7 +14,14 @@ AT = datetime(2026, 12, 1, 7, 11, 49, 123000, tzinfo=UTC)
 
 @pytest.mark.parametrize(
     ("delta_s", "said"),
-    [(-180, "3 min ago"), (12, "in 12 s"), (-0.4, "now"), (-59.4, "59 s ago"), (-7300, "2 h ago"), (3 * 86400, "in 3 d")],
+    [
+        (-180, "3 min ago"),
+        (12, "in 12 s"),
+        (-0.4, "now"),
+        (-59.4, "59 s ago"),
+        (-7300, "2 h ago"),
+        (3 * 86400, "in 3 d"),
+    ],
 )
 def test_relative_says_how_far_a_moment_is_from_now(delta_s, said):
     assert relative(delta_s) == said

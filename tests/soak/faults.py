@@ -143,9 +143,7 @@ def allows_rerun(event: FaultEvent, run: Run, outages: list[FaultEvent], worker_
         # Still running at the shutdown timeout, or finished with its acknowledgement held up by an
         # outage until the stopping process had to exit: both are lost with the process.
         exit_at = event.started + SHUTDOWN_TIMEOUT_S
-        return run.pool == event.pool and (
-            run.finished >= exit_at - 1.0 or _ack_pending_at(run, exit_at, outages)
-        )
+        return run.pool == event.pool and (run.finished >= exit_at - 1.0 or _ack_pending_at(run, exit_at, outages))
     return False
 
 

@@ -149,7 +149,9 @@ def test_a_buffer_leased_for_fast_tasks_hands_slow_ones_back_so_a_new_task_waits
         process.stop()
         assert process.finished.wait(30)
     spells = {k.decode(): float(v.split()[0]) for k, v in backend.client.hgetall("test:spells").items()}
-    ahead = [key for key, started in spells.items() if key.startswith("slow") and enqueued_at < started < spells["urgent"]]
+    ahead = [
+        key for key, started in spells.items() if key.startswith("slow") and enqueued_at < started < spells["urgent"]
+    ]
     # Leased 20 at a time for 1 ms tasks, the buffer held slow ones; handed back once the first
     # ran long, at most the one then buffered starts before the task enqueued meanwhile.
     assert len(ahead) <= 1, (ahead, backend.counts, backend.released)

@@ -110,7 +110,7 @@ def test_a_process_told_to_stop_fetching_while_it_waits_passes_the_wake_token_on
         process.start()
         processes.append(process)
         # Blocked clients are served first come, first served: h:1 takes the next token.
-        _poll(lambda n=len(processes): _blocked_clients(process.backend) == n, 5)
+        _poll(lambda n=len(processes): _blocked_clients(process.backend) == n, 5)  # noqa: B008, B023 - called at once
     told, other = processes
     try:
         getattr(told, command)()

@@ -30,8 +30,10 @@ def test_a_pool_s_attempts_are_counted_per_task_path_with_outcomes_errors_durati
     pool = start_worker("-w", "1", "-t", "2")
     # Counts reach the server within about a second of the acknowledgements (FLUSH_INTERVAL_S).
     wait_until(
-        lambda: all(backend.get_result(i).status == TaskResultStatus.FAILED for i in flaky_ids)
-        and sum(s.runs for s in backend.task_stats(minutes=60)) == 20 + 3 + 6 + 5,
+        lambda: (
+            all(backend.get_result(i).status == TaskResultStatus.FAILED for i in flaky_ids)
+            and sum(s.runs for s in backend.task_stats(minutes=60)) == 20 + 3 + 6 + 5
+        ),
         "every attempt ran and was counted",
     )
     assert pool.stop() == 0, pool.output[-3000:]

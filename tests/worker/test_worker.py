@@ -385,7 +385,12 @@ def test_telemetry_publishes_running_snapshots_and_a_final_stopped_one(backend, 
     stopped = wait_until(lambda: snapshot_in("stopped"), "the stopped snapshot arrives", 10)
 
     assert first["pid"] == running["pid"] == stopped["pid"] == WorkerName.parse(running["worker"]).pid
-    assert (stopped["tasks_done"], stopped["threads"], stopped["busy_threads"], stopped["prefetch"]) == (5, 2, 0, "auto")
+    assert (stopped["tasks_done"], stopped["threads"], stopped["busy_threads"], stopped["prefetch"]) == (
+        5,
+        2,
+        0,
+        "auto",
+    )
     # Sized by time: 4 per thread until a task ran, then at least one per thread.
     assert first["buffer_size"] == 8 and 2 <= stopped["buffer_size"] <= 256 and stopped["task_run_seconds"] > 0
     assert running["queues"] == ["default"] and running["rss_bytes"] > 0 and running["tasks_per_minute"] > 0
@@ -396,14 +401,23 @@ def test_telemetry_publishes_running_snapshots_and_a_final_stopped_one(backend, 
     ("args", "message"),
     [
         (["-w", "0"], "argument -w/--workers: must be a whole number of at least 1, not '0'"),
-        (["--prefetch-count", "-1"], "argument --prefetch-count: must be auto or a whole number of at least 1, not '-1'"),
-        (["--prefetch-count", "some"], "argument --prefetch-count: must be auto or a whole number of at least 1, not 'some'"),
+        (
+            ["--prefetch-count", "-1"],
+            "argument --prefetch-count: must be auto or a whole number of at least 1, not '-1'",
+        ),
+        (
+            ["--prefetch-count", "some"],
+            "argument --prefetch-count: must be auto or a whole number of at least 1, not 'some'",
+        ),
         (["--prefetch-window", "0"], "argument --prefetch-window: must be a number of seconds above 0, not '0'"),
         (
             ["--prefetch-window", "0.1", "--prefetch-count", "8"],
             "CommandError: --prefetch-window sizes the buffer by time: it needs --prefetch-count auto, not a count.",
         ),
-        (["--prefetch-window", "900"], "CommandError: --prefetch-window 900 is more than 0.1 of the backend's lease_ttl"),
+        (
+            ["--prefetch-window", "900"],
+            "CommandError: --prefetch-window 900 is more than 0.1 of the backend's lease_ttl",
+        ),
         (["--threads", "many"], "argument -t/--threads: must be a whole number of at least 1, not 'many'"),
         (["--log-format", "xml"], "argument --log-format: invalid choice"),
         (["-q", "nowhere"], "CommandError: Unknown queue(s) nowhere; backend 'default' has default, emails, reports."),

@@ -68,13 +68,11 @@ __all__ = [
     "ATTEMPTS_KEPT",
     "CANCELLABLE_SEGMENTS",
     "CANCEL_VIEW_LIMIT",
-    "CancelOutcome",
-    "Cancelled",
     "FILTER_SCAN_LIMIT",
     "NO_FILTER",
     "REQUEUEABLE_SEGMENTS",
-    "Timeline",
-    "timeline_of",
+    "CancelOutcome",
+    "Cancelled",
     "Cursor",
     "Filter",
     "KeysetPage",
@@ -85,6 +83,7 @@ __all__ = [
     "SegmentPage",
     "TaskResultDoesNotExist",
     "TelemetryHub",
+    "Timeline",
     "UnreadableTask",
     "WorkerName",
     "WorkerSnapshot",
@@ -117,6 +116,7 @@ __all__ = [
     "requeue_view",
     "schedules",
     "task",
+    "timeline_of",
 ]
 
 #: Points in a throughput sparkline, one per minute.

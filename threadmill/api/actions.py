@@ -129,9 +129,7 @@ def purge(alias: str, queue_name: str, segment: Segment) -> int:
     return get_backend(alias).purge(queue_name, segment=segment)
 
 
-def cancel(
-    alias: str, task_ids: Sequence[str], *, by: str, queue_name: str | None = None
-) -> dict[str, CancelOutcome]:
+def cancel(alias: str, task_ids: Sequence[str], *, by: str, queue_name: str | None = None) -> dict[str, CancelOutcome]:
     """Cancel tasks by id (ready or deferred ones never run, running ones are asked to abort); say what each got.
 
     With `queue_name`, the ids of another queue's tasks are left alone and reported unknown.

@@ -91,7 +91,9 @@ class ThreadmillCollector:
             labels=["backend", "queue", "task", "outcome"],
         )
         durations = HistogramMetricFamily(
-            "threadmill_task_duration_seconds", "Run time of a task path's attempts.", labels=["backend", "queue", "task"]
+            "threadmill_task_duration_seconds",
+            "Run time of a task path's attempts.",
+            labels=["backend", "queue", "task"],
         )
         waits = HistogramMetricFamily(
             "threadmill_task_wait_seconds",

@@ -297,9 +297,7 @@ class RedisBroker:
             self.backend.acknowledge(result)
         return 1
 
-    def recover(
-        self, queue_name: str, partition: int | None = None, heartbeats: dict[str, float] | None = None
-    ) -> int:
+    def recover(self, queue_name: str, partition: int | None = None, heartbeats: dict[str, float] | None = None) -> int:
         """Take back every lease of a queue held by a worker whose heartbeat stopped, or never came; return how many.
 
         Partition 0 reads the workers set itself; another partition takes `heartbeats` (every

@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 
@@ -29,8 +29,6 @@ logger = logging.getLogger("threadmill.backend")
 FIRST_PAUSE_S = 0.02
 #: Longest pause between two attempts, seconds: a restarted server is noticed within this.
 MAX_PAUSE_S = 0.25
-
-T = TypeVar("T")
 
 
 def is_transient(error: BackendConnectionError) -> bool:
@@ -87,7 +85,7 @@ class EnqueueAttempts:
         return pause_before(self.retries, left_s, random.random())
 
 
-def retrying(budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[], T]) -> tuple[T, int]:
+def retrying[T](budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[], T]) -> tuple[T, int]:
     """Call `send` until it succeeds or `budget_s` seconds have passed; return its reply and the retries made.
 
     `entries` are what the call enqueues, each a sequence whose first item is a task id (named on failure).
@@ -106,7 +104,7 @@ def retrying(budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[
             pause = attempts.pause_after(e)
 
 
-async def aretrying(
+async def aretrying[T](
     budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[], Awaitable[T]]
 ) -> tuple[T, int]:
     """`retrying` for a coroutine: the pauses are the event loop's, not a blocked thread's."""

@@ -314,14 +314,14 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 return self._enqueue_calls(task, calls, trace)
         return self._enqueue_calls(task, calls, None)
 
-    def _enqueue_calls(self, task, calls: list[tuple[Any, Any]], trace: dict[str, str] | None) -> list[ThreadmillTaskResult]:
+    def _enqueue_calls(
+        self, task, calls: list[tuple[Any, Any]], trace: dict[str, str] | None
+    ) -> list[ThreadmillTaskResult]:
         now = time.time()
         batches = []
         for start in range(0, len(calls), ENQUEUE_BATCH):
             partition = self.next_enqueue_partition()
-            batch = [
-                self._prepare(task, *call, now, partition, trace) for call in calls[start : start + ENQUEUE_BATCH]
-            ]
+            batch = [self._prepare(task, *call, now, partition, trace) for call in calls[start : start + ENQUEUE_BATCH]]
             batches += [([start + i for i in indices], group) for indices, group in by_partition_of(batch)]
         results: list[ThreadmillTaskResult] = [None] * len(calls)  # type: ignore[list-item]
         for indices, batch in batches:
@@ -353,7 +353,17 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         else:
             segment, score = Segment.READY, ready_score
         return PreparedTask(
-            task_id, payload, segment, ready_score, score, args, kwargs, now, unique=unique, partition=partition, trace=trace
+            task_id,
+            payload,
+            segment,
+            ready_score,
+            score,
+            args,
+            kwargs,
+            now,
+            unique=unique,
+            partition=partition,
+            trace=trace,
         )
 
     def _enqueue_prepared(
@@ -409,6 +419,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             pipe.execute()
         except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
             logger.warning("Counting an enqueue call's %d retries failed: %s", retries, e)
+
     def _duplicate(self, task, holder_id: str, prepared: PreparedTask) -> ThreadmillTaskResult:
         """Return the stored task `holder_id`, which holds the uniqueness key `prepared` asked for, as a duplicate."""
         return self._duplicates(task, {0: holder_id}, [prepared])[0]
@@ -599,7 +610,9 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             end = _ENDED_BY.get(ended_by(result), "-")
             record = attempt_record(result)
             unique = getattr(result.task, "unique", False)
-            entries.append((result.id, result.task.queue_name, result.lease_token, document, segment, end, record, unique))
+            entries.append(
+                (result.id, result.task.queue_name, result.lease_token, document, segment, end, record, unique)
+            )
         minute = int(time.time() // 60)
         if len(self.covered_partitions()) == 1:
             accepted = self.scripts.acknowledge(entries, self.config.result_ttl, minute)

@@ -20,7 +20,28 @@ import bisect
 from dataclasses import dataclass, field
 
 #: Upper bounds of the duration and wait histograms' buckets, seconds; one more bucket holds the rest.
-BOUNDS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+BOUNDS_S = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    1800.0,
+)
 #: Most task paths counted per queue (bounds the metrics' label cardinality); later ones count as OTHER_PATH.
 PATH_CAP = 500
 #: What the task paths beyond `PATH_CAP` are counted as.
@@ -57,7 +78,7 @@ class PathStats:
 
     def add_field(self, name: str, value: int) -> None:
         """Add one stored field's value (its name without the path) to these counts; unknown names are ignored."""
-        if name.startswith("run_b") or name.startswith("wait_b"):
+        if name.startswith(("run_b", "wait_b")):
             buckets = self.run_buckets if name[0] == "r" else self.wait_buckets
             index = name.partition("_b")[2]
             if index.isdigit() and int(index) < len(buckets):

@@ -44,9 +44,13 @@ class AbortPolling(ProcessHost):
         candidates = []
         for executor in self._executors:
             result, started = executor.current, executor.started_at
-            if result is not None and started is not None and started <= since:
-                if result.lease_token not in self.aborted:
-                    candidates.append(result)
+            if (
+                result is not None
+                and started is not None
+                and started <= since
+                and result.lease_token not in self.aborted
+            ):
+                candidates.append(result)
         # A buffered entry's lease ran out by `expires`; it was leased lease_ttl before (monotonic clock).
         leased_by = time.monotonic() - ABORT_CHECK_INTERVAL_S + self.backend.config.lease_ttl
         for entry in self.buffer:
@@ -82,7 +86,9 @@ class AbortPolling(ProcessHost):
             at = datetime.fromtimestamp(request["at"], UTC).isoformat()
             message = f"Task {result.id} was aborted by {request['by']} (requested at {at})."
             if self._drop_aborted_from_buffer(result, message):
-                logger.warning("Task %s: %s asked to abort it before it started; it will not run.", result.id, request["by"])
+                logger.warning(
+                    "Task %s: %s asked to abort it before it started; it will not run.", result.id, request["by"]
+                )
                 continue
             for executor in self._executors:
                 if executor.current is result and executor.request_abort(result, message, grace_s):

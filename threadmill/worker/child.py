@@ -64,9 +64,7 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int, incarnation: s
     started = time.process_time(), time.monotonic()
     process.start()
     telemetry.start()
-    logger.info(
-        "Worker process %s started: %d threads, %s.", process.name, config.threads, process.prefetch.describe()
-    )
+    logger.info("Worker process %s started: %d threads, %s.", process.name, config.threads, process.prefetch.describe())
     while not process.finished.wait(PARENT_CHECK_INTERVAL_S):
         if os.getppid() != supervisor_pid and stopping.first_request() and process.stop():
             logger.warning("The supervisor of worker process %s is gone; stopping: %s.", process.name, stopping.tell())

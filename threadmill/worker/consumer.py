@@ -135,7 +135,7 @@ class Consumers(ProcessHost):
         running.task = (self.reports, result)
         try:
             return executor.run(result, limit_s)
-        except BaseException as e:  # noqa: BLE001 - a consumer thread outlives whatever its task raised
+        except BaseException as e:
             # Only a failing signal receiver gets here; the task itself is already settled.
             logger.exception("Running task %s failed outside the task code.", result.id)
             mark_failed(result, error_of(e), datetime.now(UTC))

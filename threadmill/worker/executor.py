@@ -248,5 +248,5 @@ async def _within(coroutine, limit_s: float, message: str) -> Any:
             return await coroutine
     except TimeoutError:
         if limit.expired():
-            raise TaskTimeout(message)  # noqa: B904 - chained, the traceback shows where the task was
+            raise TaskTimeout(message)
         raise

@@ -398,9 +398,8 @@ class Fetcher(ProcessHost):
                 if ok:
                     stats.add(outcome, False)
         for outcome in outcomes:
-            if outcome.retry_after is not None:
-                if self.backend.requeue(outcome.result, run_after=outcome.retry_after):
-                    stats.add(outcome, True)
+            if outcome.retry_after is not None and self.backend.requeue(outcome.result, run_after=outcome.retry_after):
+                stats.add(outcome, True)
 
     def _send_last_task_stats(self) -> None:
         """Once the fetcher is done: send what is still counted, or say it is lost if the server is away."""

@@ -95,7 +95,9 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         self.name = name
         #: The consumers' executors, whose `started_at` tells the fetcher how long the runs going on took so far.
         self._executors: list[Executor] = []
-        self.prefetch = Prefetch(config.threads, config.prefetch_count, config.prefetch_window, backend.config.lease_ttl)
+        self.prefetch = Prefetch(
+            config.threads, config.prefetch_count, config.prefetch_window, backend.config.lease_ttl
+        )
         self._resize()
         self.budget = (
             None if config.max_tasks is None else config.max_tasks + random.randint(0, config.max_tasks_jitter)

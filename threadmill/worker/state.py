@@ -18,7 +18,6 @@ class Phase(enum.Enum):
     STOPPED = "stopped"
 
 
-
 @dataclass(slots=True)
 class Buffered:
     """A leased task waiting for a consumer, the monotonic time its lease may have run out by, and its trust epoch."""
@@ -28,4 +27,3 @@ class Buffered:
     epoch: int
     #: Server-clock epoch seconds minus this process's monotonic clock, as of the acquire call.
     clock_offset: float = 0.0
-

@@ -76,8 +76,13 @@ class Watchdog:
     def arm(self, result: ThreadmillTaskResult, limit_s: float, *, raises: bool) -> Armed:
         """Watch the calling thread's run of `result` for `limit_s`; `raises` False for an async task."""
         now = time.monotonic()
-        armed = Armed(threading.get_ident(), result, limit_s, now + limit_s if raises else float("inf"),
-                      now + limit_s + self.grace_s)
+        armed = Armed(
+            threading.get_ident(),
+            result,
+            limit_s,
+            now + limit_s if raises else float("inf"),
+            now + limit_s + self.grace_s,
+        )
         with self._changed:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
@@ -152,8 +157,9 @@ class Watchdog:
                     elif now >= armed.raise_at and not armed.raised:
                         armed.raised = True
                         _set_async_exc(armed.thread_id, armed.exception)
-                due = [a.give_up_at if a.raised or a.raise_at == float("inf") else a.raise_at
-                       for a in self._armed.values()]
+                due = [
+                    a.give_up_at if a.raised or a.raise_at == float("inf") else a.raise_at for a in self._armed.values()
+                ]
                 self._changed.wait(max(0.0, min(due) - now) if due else None)
 
     def _give_up(self, armed: Armed) -> None:

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 from ..base import Segment
 from ..keys import PRIORITY_BAND
-from ..taskstats import PathStats, parse_hash
 from ..scripts import translate_errors
+from ..taskstats import PathStats, parse_hash
 from .host import ToolingHost
 
 #: A queue's totals: enqueued, finished (any outcome) and failed; cancelled before they ran,

@@ -173,7 +173,9 @@ class QueueTooling(ToolingHost):
         pipe.get(keys.result(task_id))
         pipe.zscore(keys.segment(queue_name, segment), task_id)
         fields, old_layout_result, score = pipe.execute()
-        data, _, _, started_at, worker, lease_started, token, read_error, stored_result, progress, metadata = fields[:11]
+        data, _, _, started_at, worker, lease_started, token, read_error, stored_result, progress, metadata = fields[
+            :11
+        ]
         attempts, unique = fields[11], fields[12]
         stored_result = stored_result or old_layout_result
         if data is None:
