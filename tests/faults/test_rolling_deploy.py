@@ -28,24 +28,38 @@ pytestmark = pytest.mark.slow
 
 #: The previous release: the last commit landed before worker names, suspects and the cron field.
 PREVIOUS_RELEASE = "a7f2b45"
+#: The release landed before this one's new stored fields and script arguments (attempts, unique,
+#: limits, per-task statistics, enqueue retries).
+LAST_LANDED_RELEASE = "5835d2b"
 
 
-@pytest.fixture(scope="module")
-def previous_release() -> Iterator[Path]:
-    """A worktree of the previous release, removed at the end."""
+def _release_tree(commit: str) -> Iterator[Path]:
+    """A worktree of `commit`, removed at the end."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.fail("The rolling-deploy test runs the previous release from a git worktree: run it in a git checkout.")
-    if not _has_commit(PREVIOUS_RELEASE):
+    if not _has_commit(commit):
         # A shallow clone (a CI checkout) lacks it: fetch the history from where it was cloned.
         subprocess.run(["git", "-C", str(ROOT), "fetch", "--quiet", "--unshallow"], check=False, capture_output=True)
-    if not _has_commit(PREVIOUS_RELEASE):
-        pytest.fail(f"The previous release {PREVIOUS_RELEASE} is not in this checkout; fetch the history (git fetch).")
+    if not _has_commit(commit):
+        pytest.fail(f"The previous release {commit} is not in this checkout; fetch the history (git fetch).")
     where = Path(tempfile.mkdtemp(prefix="threadmill-previous-")) / "tree"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), PREVIOUS_RELEASE],
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), commit],
                    check=True, capture_output=True)  # fmt: skip
     yield where
     subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], check=False)
     shutil.rmtree(where.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def previous_release() -> Iterator[Path]:
+    """A worktree of the previous release (before worker names, suspects and the cron field)."""
+    yield from _release_tree(PREVIOUS_RELEASE)
+
+
+@pytest.fixture(scope="module")
+def last_landed_release() -> Iterator[Path]:
+    """A worktree of the release before attempt records, unique keys, limits and per-task statistics."""
+    yield from _release_tree(LAST_LANDED_RELEASE)
 
 
 def _has_commit(commit: str) -> bool:
@@ -98,3 +112,38 @@ def test_old_and_new_pools_recover_each_other_s_leases_and_every_task_runs_once(
     # Really two releases: the old one names its processes host:pid, this one host:pid:incarnation.
     assert re.search(r"Worker process [^ :]+:\d+ started", old_log), old_log[-2000:]
     assert re.search(r"Worker process [^ :]+:\d+:[a-z]+ started", new.output), new.output[-2000:]
+
+
+def test_the_last_release_beside_this_one_loses_nothing_and_its_runs_read_back(
+    tally: Tally, fault_server, counter_server, start_pool, last_landed_release
+):
+    ids = tally.enqueue(300, sleep_ms=30)  # by this release's enqueue script
+    old = PreviousReleasePool(
+        last_landed_release, "-w", "1", "-t", "2", env=fault_env(fault_server, counter_server.url)
+    )
+    new = start_pool(fault_server, "-w", "1", "-t", "2")
+    try:
+        wait_for(lambda: old.alive() and new.alive() and tally.successful() >= 60,
+                 lambda: f"both pools drain ({tally.summary()})", 30)  # fmt: skip
+        may_run_twice = set(tally.finished())
+        _kill_worker_process(old)
+        wait_for(lambda: old.alive() and tally.successful() >= 150,
+                 lambda: f"the drain goes on after the old worker's kill ({tally.summary()})", 30)  # fmt: skip
+        may_run_twice |= set(tally.finished())
+        _kill_worker_process(new)
+        wait_for_drain(new, tally, 60)
+    finally:
+        old.close()
+
+    twice = tally.ran_twice()
+    assert set(twice) <= may_run_twice and len(twice) <= 8, f"ran twice: {twice}"
+    assert tally.never_ran() == [], tally.summary()
+    assert tally.statuses() == {TaskResultStatus.SUCCESSFUL: len(tally.ids)}, tally.summary()
+    # Both releases ran tasks; this one's runs carry attempt records, the older one's none, and
+    # every task reads back either way.
+    results = [tally.backend.get_result(task_id) for task_id in ids]
+    recorded = [r for r in results if r.attempt_records]
+    assert 0 < len(recorded) < len(results), (len(recorded), len(results))
+    # Per-task statistics count this release's runs only (the older one sends none).
+    counted = sum(s.runs for s in tally.backend.task_stats(minutes=60))
+    assert 0 < counted < sum(tally.finished().values()), counted
