@@ -119,12 +119,7 @@ def task_path_detail(request, backend: str, queue: str, path: str):
     minutes = api.metrics.task_path_minutes(backend, queue, path, minutes=60)
     total = api.metrics.PathStats(queue, path)
     for _, stats in minutes:
-        for name in ("runs", "successful", "failed", "retried", "run_us", "waits", "wait_us"):
-            setattr(total, name, getattr(total, name) + getattr(stats, name))
-        total.run_buckets = [a + b for a, b in zip(total.run_buckets, stats.run_buckets, strict=True)]
-        total.wait_buckets = [a + b for a, b in zip(total.wait_buckets, stats.wait_buckets, strict=True)]
-        for error, n in stats.errors.items():
-            total.errors[error] = total.errors.get(error, 0) + n
+        total.merge(stats)
     if not any(stats.runs for _, stats in minutes) and not _known_path(backend, queue, path):
         raise Http404(f"No runs of {path!r} on queue {queue!r} are recorded.")
     runs = [float(s.runs) for _, s in minutes]

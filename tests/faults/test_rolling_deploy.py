@@ -82,12 +82,11 @@ def _kill_worker_process(pool: Pool) -> None:
     psutil.wait_procs([psutil.Process(victim)], timeout=5)
 
 
-def test_old_and_new_pools_recover_each_other_s_leases_and_every_task_runs_once(
-    tally: Tally, fault_server, counter_server, start_pool, previous_release
-):
-    tally.enqueue(300, sleep_ms=30)
-    old = PreviousReleasePool(previous_release, "-w", "1", "-t", "2", env=fault_env(fault_server, counter_server.url))
-    new = start_pool(fault_server, "-w", "1", "-t", "2")
+def _drain_killing_each_once(tally: Tally, old: Pool, new: Pool) -> tuple[set[str], str]:
+    """Drain with both pools, kill -9 the old one's worker, then the new one's; return what may run twice and the old log.
+
+    Only a task a killed process had finished, its acknowledgement not yet sent, may run again.
+    """
     try:
         wait_for(lambda: old.alive() and new.alive() and tally.successful() >= 60,
                  lambda: f"both pools drain ({tally.summary()})", 30)  # fmt: skip
@@ -99,15 +98,27 @@ def test_old_and_new_pools_recover_each_other_s_leases_and_every_task_runs_once(
         _kill_worker_process(new)
         wait_for_drain(new, tally, 60)
         old.alive()
-        old_log = old.output
+        return may_run_twice, old.output
     finally:
         old.close()
 
-    # Only a task a killed process had finished, its acknowledgement not yet sent, may run again.
+
+def _assert_every_task_ran_once_but_at_the_kills(tally: Tally, may_run_twice: set[str]) -> None:
     twice = tally.ran_twice()
     assert set(twice) <= may_run_twice and len(twice) <= 8, f"ran twice: {twice}"
     assert tally.never_ran() == [], tally.summary()
     assert tally.statuses() == {TaskResultStatus.SUCCESSFUL: len(tally.ids)}, tally.summary()
+
+
+def test_old_and_new_pools_recover_each_other_s_leases_and_every_task_runs_once(
+    tally: Tally, fault_server, counter_server, start_pool, previous_release
+):
+    tally.enqueue(300, sleep_ms=30)
+    old = PreviousReleasePool(previous_release, "-w", "1", "-t", "2", env=fault_env(fault_server, counter_server.url))
+    new = start_pool(fault_server, "-w", "1", "-t", "2")
+    may_run_twice, old_log = _drain_killing_each_once(tally, old, new)
+
+    _assert_every_task_ran_once_but_at_the_kills(tally, may_run_twice)
     assert "respawning it" in old_log and "respawning it" in new.output
     # Really two releases: the old one names its processes host:pid, this one host:pid:incarnation.
     assert re.search(r"Worker process [^ :]+:\d+ started", old_log), old_log[-2000:]
@@ -118,27 +129,12 @@ def test_the_last_release_beside_this_one_loses_nothing_and_its_runs_read_back(
     tally: Tally, fault_server, counter_server, start_pool, last_landed_release
 ):
     ids = tally.enqueue(300, sleep_ms=30)  # by this release's enqueue script
-    old = PreviousReleasePool(
-        last_landed_release, "-w", "1", "-t", "2", env=fault_env(fault_server, counter_server.url)
-    )
+    env = fault_env(fault_server, counter_server.url)
+    old = PreviousReleasePool(last_landed_release, "-w", "1", "-t", "2", env=env)
     new = start_pool(fault_server, "-w", "1", "-t", "2")
-    try:
-        wait_for(lambda: old.alive() and new.alive() and tally.successful() >= 60,
-                 lambda: f"both pools drain ({tally.summary()})", 30)  # fmt: skip
-        may_run_twice = set(tally.finished())
-        _kill_worker_process(old)
-        wait_for(lambda: old.alive() and tally.successful() >= 150,
-                 lambda: f"the drain goes on after the old worker's kill ({tally.summary()})", 30)  # fmt: skip
-        may_run_twice |= set(tally.finished())
-        _kill_worker_process(new)
-        wait_for_drain(new, tally, 60)
-    finally:
-        old.close()
+    may_run_twice, _ = _drain_killing_each_once(tally, old, new)
 
-    twice = tally.ran_twice()
-    assert set(twice) <= may_run_twice and len(twice) <= 8, f"ran twice: {twice}"
-    assert tally.never_ran() == [], tally.summary()
-    assert tally.statuses() == {TaskResultStatus.SUCCESSFUL: len(tally.ids)}, tally.summary()
+    _assert_every_task_ran_once_but_at_the_kills(tally, may_run_twice)
     # Both releases ran tasks; this one's runs carry attempt records, the older one's none, and
     # every task reads back either way.
     results = [tally.backend.get_result(task_id) for task_id in ids]

@@ -89,6 +89,15 @@ class PathStats:
         elif name in COUNTS:
             setattr(self, name, getattr(self, name) + value)
 
+    def merge(self, other: PathStats) -> None:
+        """Add `other`'s counts (another span of the same path) to these."""
+        for name in COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.run_buckets = [a + b for a, b in zip(self.run_buckets, other.run_buckets, strict=True)]
+        self.wait_buckets = [a + b for a, b in zip(self.wait_buckets, other.wait_buckets, strict=True)]
+        for error, n in other.errors.items():
+            self.errors[error] = self.errors.get(error, 0) + n
+
     @property
     def failure_rate(self) -> float:
         """Failed attempts (final or retried) per run, 0 when none ran."""
