@@ -435,8 +435,8 @@ def test_throughput_counts_ingress_and_egress_per_minute(backend):
     finish(backend, leased)
     counts = backend.throughput("default", minutes=2)
     # Two minutes read: the calls may straddle a minute's end (CI once saw 1 + 1).
-    assert sum(counts["ingress"]) == 2 and counts["ingress"][-1] >= 1
-    assert sum(counts["egress"]) == 1 and counts["egress"][-1] == 1
+    assert sum(counts["ingress"]) == 2
+    assert sum(counts["egress"]) == 1
 
 
 def test_options_stay_the_mapping_django_sets_and_the_parsed_ones_live_in_config():
