@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.inspector.conftest import TASK_KEY
+from tests.inspector.conftest import TASK_KEY, heartbeat
 
 pytestmark = pytest.mark.django_db
 
@@ -354,3 +356,27 @@ def test_a_segment_page_opens_a_socket_that_carries_its_total_and_the_htmx_table
 def test_the_site_redirects_favicon_ico_to_the_consoles_icon(client):
     response = client.get("/favicon.ico")
     assert response.status_code == 301 and response.headers["Location"] == "/static/inspector/favicon.svg"
+
+
+def test_a_queue_its_limits_hold_back_says_so_and_is_not_stuck(backend, monkeypatch, operator_client):
+    from tests.tasks import echo
+    from threadmill import api
+
+    # A live worker serving the queue, from its stored heartbeat (the hub is left alone: it is global).
+    monkeypatch.setattr(api.hub(), "warmed_up", lambda now: False)
+    name = "box:7:abcdefgh"
+    document = {"worker": name, "host": "box", "pid": 7, "queues": ["default"], "threads": 4, "busy": 1}
+    backend.client.set(backend.keys.worker(name), json.dumps(document))
+    heartbeat(backend, name)
+    api.controls.set_queue_limit("default", "default", concurrency=1, rate="100/m", by="ops")
+    echo.enqueue(1)
+    echo.enqueue(2)
+    assert len(backend.acquire("default", count=2, worker="box:7:abcdefgh")) == 1  # the limit holds one back
+
+    rows = {s.queue_name: s for s in api.overview()}
+    assert rows["default"].status == "Throttled: 1/1 running (its concurrency limit)."
+    assert rows["default"].status_level == "ok"
+    assert rows["default"].limits == "1 at once, 100/m"
+    assert rows["emails"].limits == ""
+    page = operator_client.get("/threadmill/").content.decode()
+    assert "Throttled: 1/1 running" in page and 'data-limits="1 at once, 100/m"' in page

@@ -24,6 +24,7 @@ from ..attempts import ATTEMPTS_KEPT, Timeline, timeline_of
 from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
 from ..backends.merge import Cursor, KeysetPage
 from ..backends.tooling.actions import CancelOutcome
+from ..backends.tooling.controls import LimitState
 from ..identity import WorkerName
 from . import controls, history, metrics, schedules
 from .actions import (
@@ -141,6 +142,8 @@ class QueueSummary:
 
     minute_elapsed: float = 0.0
     paused: PausedQueue | None = None
+    #: The limits in force, in words ("3 at once, 100/m"), "" for none.
+    limits: str = ""
 
     @property
     def ingress_per_minute(self) -> int:
@@ -169,16 +172,21 @@ def overview(now: float | None = None) -> list[QueueSummary]:
         stats = backend.queue_stats()
         oldest = backend.oldest_ready_enqueued_at(list(stats))
         paused = backend.paused_queues()
+        limits = backend.queue_limits(list(stats))
         for queue_name, counts in stats.items():
             flow = backend.throughput(queue_name, minutes=SPARKLINE_MINUTES, now=now)
             latency = None if oldest[queue_name] is None else max(0.0, now - oldest[queue_name].timestamp())
             overdue = bool(counts[Segment.RUNNING]) and lease_overdue(alias, queue_name, now)
             pause = paused.get(queue_name)
-            status, level = queue_status(alias, queue_name, counts, workers, now, overdue, pause)
+            limit = limits.get(queue_name)
+            status, level = queue_status(alias, queue_name, counts, workers, now, overdue, pause, limit)
             ingress, egress, elapsed = flow["ingress"], flow["egress"], (now % 60) / 60
             out.append(
-                QueueSummary(alias, queue_name, counts, latency, ingress, egress, status, level, elapsed, paused=pause)
-            )
+                QueueSummary(
+                    alias, queue_name, counts, latency, ingress, egress, status, level, elapsed, paused=pause,
+                    limits=limits_text(limit),
+                )
+            )  # fmt: skip
     return out
 
 
@@ -215,8 +223,12 @@ def queue_status(
     now: float,
     overdue: bool = False,
     paused: PausedQueue | None = None,
+    limit: LimitState | None = None,
 ) -> tuple[str, str]:
-    """Answer "why is nothing running?" for one queue: a sentence and a level (ok, warn, bad)."""
+    """Answer "why is nothing running?" for one queue: a sentence and a level (ok, warn, bad).
+
+    A queue its limits hold back is not stuck: it says so, at the ok level.
+    """
     if paused is not None:
         since = paused.since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         by = paused.by or "someone"
@@ -227,9 +239,25 @@ def queue_status(
     ready = counts[Segment.READY]
     if not serving:
         return ("No live workers for this queue.", "bad") if ready else ("No live workers for this queue.", "warn")
+    if limit is not None and limit.throttled:
+        if limit.at_concurrency:
+            return f"Throttled: {limit.running}/{limit.limit.concurrency} running (its concurrency limit).", "ok"
+        return f"Rate limited ({limit.limit.rate}): the next start in {limit.next_token_s:.1f} s.", "ok"
     if ready and all(w.threads and w.busy >= w.threads for w in serving):
         return f"All {sum(w.threads for w in serving)} threads are busy.", "warn"
     return f"{len(serving)} live worker{'s' if len(serving) != 1 else ''}.", "ok"
+
+
+def limits_text(limit: LimitState | None) -> str:
+    """The limits in force of a queue in words ("3 at once, 100/m"), "" when it has none."""
+    if limit is None:
+        return ""
+    parts = []
+    if limit.limit.concurrency is not None:
+        parts.append(f"{limit.limit.concurrency} at once")
+    if limit.limit.rate is not None:
+        parts.append(str(limit.limit.rate))
+    return ", ".join(parts)
 
 
 def lease_overdue(alias: str, queue_name: str, now: float | None = None) -> bool:
