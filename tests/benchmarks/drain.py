@@ -304,6 +304,21 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def drain_interleaved(
+    ctx: Context, queues: list[QueueUnderTest], repeats: int, runs: dict[str, list[dict[str, float]]]
+) -> None:
+    """Drain every queue `repeats` times, one of each in turn, appending each drain's figures to `runs`."""
+    for repeat in range(repeats):
+        for queue in queues:
+            figures = drain_once(ctx, queue, timeout=queue.depth / 20 + 120)
+            runs[queue.name].append(figures)
+            print(
+                f"[{repeat + 1}/{repeats}] {queue.name}: {figures['tasks_per_s']:,.0f} tasks/s, "
+                f"{figures['cpu_us_per_task']:.0f} us CPU per task",
+                flush=True,
+            )
+
+
 def drain_once(
     ctx: Context, queue: QueueUnderTest, timeout: float, worker_env: dict[str, str] | None = None, tag: str = ""
 ) -> dict[str, float]:
@@ -432,15 +447,7 @@ def run(
         for queue in queues:
             if queue.prepare:
                 queue.prepare(ctx, queue)
-        for repeat in range(repeats):
-            for queue in queues:
-                figures = drain_once(ctx, queue, timeout=queue.depth / 20 + 120)
-                runs[queue.name].append(figures)
-                print(
-                    f"[{repeat + 1}/{repeats}] {queue.name}: {figures['tasks_per_s']:,.0f} tasks/s, "
-                    f"{figures['cpu_us_per_task']:.0f} us CPU per task",
-                    flush=True,
-                )
+        drain_interleaved(ctx, queues, repeats, runs)
         version = server_version(ctx.client)
     # Kept when a drain fails, since the workers' logs there say why.
     shutil.rmtree(scratch, ignore_errors=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import report
-from .drain import Context, QueueUnderTest, add_paired_ratios, drain_once, summarise, threadmill_queue
+from .drain import Context, QueueUnderTest, add_paired_ratios, drain_interleaved, summarise, threadmill_queue
 from .server import valkey
 
 #: The row the others are paired with.
@@ -59,16 +59,7 @@ def run(depth: int = 20_000, repeats: int = 5) -> dict[str, Any]:
     rows = queues(scratch, depth)
     runs: dict[str, list[dict[str, float]]] = {q.name: [] for q in rows}
     with valkey() as server:
-        ctx = Context(server, scratch)
-        for repeat in range(repeats):
-            for queue in rows:
-                figures = drain_once(ctx, queue, timeout=queue.depth / 20 + 120)
-                runs[queue.name].append(figures)
-                print(
-                    f"[{repeat + 1}/{repeats}] {queue.name}: {figures['tasks_per_s']:,.0f} tasks/s, "
-                    f"{figures['cpu_us_per_task']:.0f} us CPU per task",
-                    flush=True,
-                )
+        drain_interleaved(Context(server, scratch), rows, repeats, runs)
     shutil.rmtree(scratch, ignore_errors=True)
     results = add_paired_ratios({q.name: summarise(q, runs[q.name]) for q in rows}, baseline=BASELINE)
     figures = {"repeats": repeats, "queues": results}

@@ -46,13 +46,11 @@ logger = logging.getLogger("threadmill.worker")
 
 
 class Outcome(NamedTuple):
-    """A finished task: its result (status set), its return value, to retry it the delay, and its run time."""
+    """A finished task: its result (status set), its return value and, to retry it, the delay."""
 
     result: ThreadmillTaskResult
     return_value: Any
     retry_after: timedelta | None
-    #: Seconds the run took, timed by its consumer (0 for a task that never started).
-    ran_s: float = 0.0
 
 
 class Executor:

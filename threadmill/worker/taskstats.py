@@ -48,7 +48,9 @@ class TaskStatsCounts:
             counts = self._counts[key] = [0] * _SIZE
             self._paths[key] = task.module_path
         counts[_RUNS] += 1
-        ran_s = outcome.ran_s
+        # The run's start and end, set by its consumer (None for a task that never started).
+        ran = result.ran
+        ran_s = 0.0 if ran is None else ran[1] - ran[0]
         counts[_RUN_US] += int(ran_s * 1e6)
         counts[_RUN_B + bisect_left(BOUNDS_S, ran_s)] += 1
         if result.status is _SUCCESS:
