@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -73,6 +75,23 @@ def test_an_acknowledgement_that_frees_a_slot_of_a_held_back_queue_pushes_a_wake
     finish(backend, leased[0])
 
     assert client.llen(wake) == 1
+
+
+def test_a_retry_with_a_delay_that_frees_a_slot_of_a_held_back_queue_pushes_a_wake_token(backend, raw, server):
+    backend.set_limit("default", concurrency=1)
+    for i in range(2):
+        enqueue(backend, echo, i)
+    [leased] = _drain(backend, "default")
+    assert backend.acquire("default", count=5, worker="w:1").held_back
+    wake = backend.keys_for(partition_of(leased.id)).wake("default")
+    client = server.client_for(wake)
+    client.delete(wake)  # An idle worker took the token and found the queue held back.
+
+    assert backend.requeue(leased, run_after=timedelta(minutes=1))
+
+    assert client.llen(wake) == 1
+    assert backend.get_result(leased.id).status == "READY"  # deferred: Django's READY
+    assert len(_drain(backend, "default")) == 1
 
 
 def test_a_runtime_limit_wins_over_the_setting_until_cleared(backend, server):

@@ -448,9 +448,9 @@ class RedisScripts:
         k = self.keys
         target = "ready" if run_after is None else "deferred"
         keys = [k.task(task_id), k.result(task_id), *self.segment_keys(queue_name), k.wake(queue_name)]
-        keys.append(k.totals(queue_name))
+        keys += [k.totals(queue_name), k.throttled()]
         at = "" if run_after is None else repr(run_after)
-        args = [task_id, target, at, token, document, segment, counted, record]
+        args = [task_id, target, at, token, document, segment, counted, record, queue_name]
         return self._run(self._requeue, keys=keys, args=args)
 
     @translate_errors

@@ -10,6 +10,9 @@
 -- KEYS[3..8] (zset) the task's queue segments: ready, deferred, running, successful, failed, unreadable
 -- KEYS[9]  (list)   the queue's wake list: one token wakes an idle worker for a task made ready
 -- KEYS[10] (hash)   the queue's totals, or absent (an older caller): where ARGV[7] is counted
+-- KEYS[11] (hash)   queues whose ready tasks acquire held back at their concurrency limit, or absent (an
+--                   older caller): a running task requeued frees a slot, and wakes an idle worker for a
+--                   held-back queue as acknowledge does
 -- ARGV[1] (string) task id
 -- ARGV[2] (string) target segment, "ready" or "deferred"
 -- ARGV[3] (number) run_after as epoch seconds (deferred only)
@@ -21,6 +24,7 @@
 -- ARGV[8] (string) the attempt record of the run that ends here (threadmill.attempts; the worker's retry
 --                  or hand-back), or "" or absent: a task leased when requeued (a console requeue of a
 --                  running task) gets a "requeued" record of its lease, written here
+-- ARGV[9] (string) the queue's name (its field in KEYS[11]); absent with KEYS[11]
 -- Returns: 1 requeued; 0 no such task, or already ready; -1 the fence refused it (another lease,
 --          or the task left the segment ARGV[6] names)
 local segments = {ready = 3, deferred = 4, running = 5, successful = 6, failed = 7, unreadable = 8}
@@ -77,6 +81,11 @@ else
   if redis.call('LLEN', KEYS[9]) == 0 then
     redis.call('LPUSH', KEYS[9], '1')
   end
+end
+-- A freed slot (a retry to deferred included): one token for a worker acquire held back on this queue.
+if current == 'running' and KEYS[11] and redis.call('HDEL', KEYS[11], ARGV[9]) == 1
+    and redis.call('LLEN', KEYS[9]) == 0 then
+  redis.call('LPUSH', KEYS[9], '1')
 end
 if KEYS[10] and (ARGV[7] or '') ~= '' then
   redis.call('HINCRBY', KEYS[10], ARGV[7], 1)
