@@ -107,6 +107,42 @@ def test_purging_and_deleting_release_the_key(backend):
     assert not backend.enqueue(unique_echo, ["c"], {}).duplicate
 
 
+def _requeue(backend, how: str, task_id: str) -> bool:
+    """Requeue a finished task as the console does: one by id (requeue.lua), or a selection (requeue_many.lua)."""
+    if how == "by id":
+        return backend.requeue(task_id)
+    return backend.requeue_many("default", segment="successful", task_ids=[task_id]) == [task_id]
+
+
+@pytest.mark.parametrize("how", ["by id", "selected"])
+def test_requeueing_a_finished_unique_task_takes_its_key_back(backend, how):
+    first = backend.enqueue(unique_echo, ["a"], {})
+    [leased] = backend.acquire("default", worker="w")
+    assert finish(backend, leased)
+
+    assert _requeue(backend, how, first.id)
+
+    again = backend.enqueue(unique_echo, ["a"], {})
+    assert again.duplicate and again.id == first.id
+    assert _ready(backend) == 1
+
+
+@pytest.mark.parametrize("how", ["by id", "selected"])
+def test_a_requeued_task_leaves_the_key_with_the_task_that_took_it_since(backend, how):
+    first = backend.enqueue(unique_echo, ["a"], {})
+    [leased] = backend.acquire("default", worker="w")
+    assert finish(backend, leased)
+    second = backend.enqueue(unique_echo, ["a"], {})
+    assert not second.duplicate
+
+    assert _requeue(backend, how, first.id)  # an operator's explicit requeue: it runs again all the same
+
+    assert backend.get_result(first.id).status == "READY"
+    again = backend.enqueue(unique_echo, ["a"], {})
+    assert again.duplicate and again.id == second.id
+    assert _ready(backend) == 2
+
+
 def test_unique_for_admits_a_duplicate_once_it_passed_while_the_first_still_waits(backend):
     first = backend.enqueue(unique_briefly, ["a"], {})
     assert backend.enqueue(unique_briefly, ["a"], {}).duplicate

@@ -25,12 +25,15 @@
 --                  or hand-back), or "" or absent: a task leased when requeued (a console requeue of a
 --                  running task) gets a "requeued" record of its lease, written here
 -- ARGV[9] (string) the queue's name (its field in KEYS[11]); absent with KEYS[11]
+-- A unique task requeued from a segment its key does not count in (a finished task) takes its key back
+-- when no other counted task holds it (lib/unique.lua); otherwise the key stays where it is.
 -- Returns: 1 requeued; 0 no such task, or already ready; -1 the fence refused it (another lease,
 --          or the task left the segment ARGV[6] names)
 local segments = {ready = 3, deferred = 4, running = 5, successful = 6, failed = 7, unreadable = 8}
 -- include: attempts
+-- include: unique
 local fields = redis.call('HMGET', KEYS[1], 'segment', 'score', 'lease_token', 'result', 'attempts', 'lease_worker',
-  'lease_started_at')
+  'lease_started_at', 'unique', 'unique_segments')
 local current = fields[1]
 if not current or current == 'ready' then
   return 0
@@ -81,6 +84,9 @@ else
   if redis.call('LLEN', KEYS[9]) == 0 then
     redis.call('LPUSH', KEYS[9], '1')
   end
+end
+if fields[8] then
+  retake_unique(KEYS[1], ARGV[1], fields[8], fields[9], current, ARGV[2])
 end
 -- A freed slot (a retry to deferred included): one token for a worker acquire held back on this queue.
 if current == 'running' and KEYS[11] and redis.call('HDEL', KEYS[11], ARGV[9]) == 1

@@ -26,9 +26,12 @@
 --                       the stored payload (for unreadable tasks, also the read error)
 -- ARGV[6+k..] (string) triples: task id, the lease token it was read under ("" none), and its new
 --                      document ("" to keep the result document or the stored payload)
+-- A unique task requeued from a segment its key does not count in (a finished task) takes its key back
+-- when no other counted task holds it (lib/unique.lua); otherwise the key stays where it is.
 -- Returns: {moved, id1, ..., id_moved, refused1, ...}: how many moved, the ids that moved, then
 --          the running ids the fence refused (leased again, or sent without a token)
 -- include: silent
+-- include: unique
 local source = ARGV[1]
 local force = ARGV[2] == '1'
 local timeout = tonumber(ARGV[3])
@@ -66,7 +69,8 @@ end
 for i = 6 + k, #ARGV, 3 do
   local id, token, document = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local key = KEYS[1] .. id
-  local f = redis.call('HMGET', key, 'segment', 'score', 'lease_token', 'lease_worker', 'result', 'lease_started_at')
+  local f = redis.call('HMGET', key, 'segment', 'score', 'lease_token', 'lease_worker', 'result', 'lease_started_at',
+    'unique', 'unique_segments')
   -- In this queue's segment, not merely a segment of that name: a task is in one queue only.
   if f[1] == source and redis.call('ZSCORE', KEYS[4], id) and matches(key, id) then
     if source == 'running' and (token == '' or f[3] ~= token) then
@@ -89,6 +93,9 @@ for i = 6 + k, #ARGV, 3 do
         'reported_progress')
       redis.call('HSET', key, 'segment', 'ready', 'score', score)
       redis.call('ZADD', KEYS[3], score, id)
+      if f[7] then
+        retake_unique(key, id, f[7], f[8], source, 'ready')
+      end
       moved[#moved + 1] = id
     end
   end

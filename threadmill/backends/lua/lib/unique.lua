@@ -1,11 +1,12 @@
 -- unique (included): uniqueness keys. `admit_unique` (enqueue) decides which entries of a call are
 -- duplicates of a task that holds their key and takes the keys of the others; `release_unique`
--- (acknowledge, cancel, purge, delete) gives a key up as its task stops counting. A key holds the
--- id of its task, which counts only while its hash names one of the entry's counted segments, so
--- a key whose task finished, expired or was removed without releasing it (a crash, an older
--- release's acknowledge) admits the next enqueue instead of blocking it. Two entries of one call
--- with one key: the first is stored, the second is its duplicate. The holder's hash is the declared
--- task prefix plus the id read from the key; a stored task keeps its key's digest in field `unique`.
+-- (acknowledge, cancel, purge, delete) gives a key up as its task stops counting, and `retake_unique`
+-- (requeue, requeue_many) takes it back as a requeued task counts again. A key holds the id of its
+-- task, which counts only while its hash names one of the entry's counted segments, so a key whose
+-- task finished, expired or was removed without releasing it (a crash, an older release's
+-- acknowledge) admits the next enqueue instead of blocking it. Two entries of one call with one key:
+-- the first is stored, the second is its duplicate. The holder's hash is the declared task prefix
+-- plus the id read from the key; a stored task keeps its key's digest in field `unique`.
 
 -- Whether `segment` is one of the comma-separated `counted`.
 local function counts_in(counted, segment)
@@ -35,6 +36,26 @@ local function release_unique(task_key, id, digest, counted, segment, ttl)
     return
   end
   redis.call('DEL', key)
+end
+
+-- A requeue (requeue, requeue_many) moving the task `task_key` from `source` to `segment`: a task that starts
+-- counting again (from a segment its key does not count in, to one it does) takes its key back when the key
+-- is free or names a task that no longer counts in `counted`, without expiry (until it stops counting: its
+-- `unique_for` is not known here); a key another counted task holds stays with that task.
+local function retake_unique(task_key, id, digest, counted, source, segment)
+  counted = counted or ''
+  if counts_in(counted, source) or not counts_in(counted, segment) then
+    return
+  end
+  local key = unique_key_of(task_key, id, digest)
+  local holder = redis.call('GET', key)
+  if holder and holder ~= id then
+    local held = redis.call('HGET', string.sub(task_key, 1, #task_key - #id) .. holder, 'segment')
+    if counts_in(counted, held) then
+      return
+    end
+  end
+  redis.call('SET', key, id)
 end
 
 -- Takes the keys of the free entries; returns {duplicate = {[i] = true}, reply = {stored, i, holder, ...},
