@@ -94,6 +94,31 @@ def test_a_retry_with_a_delay_that_frees_a_slot_of_a_held_back_queue_pushes_a_wa
     assert len(_drain(backend, "default")) == 1
 
 
+def _output_bytes(client) -> int:
+    return int(client.info("stats")["total_net_output_bytes"])
+
+
+def test_queue_limits_reads_one_lease_time_of_a_rate_of_thousands(backend, raw):
+    backend.set_limit("default", rate=parse_rate("5000/m"))
+    enqueue(backend, echo, 1)
+    seconds, microseconds = raw.time()
+    now = seconds + microseconds / 1e6
+    spent = [now - 30 + 29.9 * i / 4999 for i in range(5000)]  # the oldest 30 s ago, newest first once pushed
+    times = backend.keys.lease_times("default")
+    raw.lpush(times, *(f"{t:.6f}" for t in spent))
+
+    before = _output_bytes(raw)
+    state = backend.queue_limits(["default"])["default"]
+    read = _output_bytes(raw) - before
+
+    assert state.throttled and 29 < state.next_token_s <= 30  # the 5000th newest comes back in 30 s
+    assert read < 20_000, f"{read} bytes sent for 5,000 lease times of about 24 bytes each"
+    raw.rpop(times)  # 4,999 spent: one token left
+    assert backend.queue_limits(["default"])["default"].next_token_s is None
+    raw.rpush(times, f"{now - 61:.6f}")  # one more, spent over a minute ago: still one left
+    assert not backend.queue_limits(["default"])["default"].throttled
+
+
 def test_a_runtime_limit_wins_over_the_setting_until_cleared(backend, server):
     limited = RedisTaskBackend(
         "default",

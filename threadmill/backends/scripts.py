@@ -221,6 +221,7 @@ class RedisScripts:
         self._pass_wake = register(_source("pass_wake"))
         self._record_task_stats = register(_source("record_task_stats"))
         self._limit = register(_source("limit"))
+        self._limit_state = register(_source("limit_state"))
 
     def for_partition(self, keys: KeySchema) -> RedisScripts:
         """Return these scripts over another partition's keys, sharing this object's connections."""
@@ -788,6 +789,20 @@ class RedisScripts:
         keys = [k.limits(), k.segment(queue_name, Segment.READY), k.wake(queue_name)]
         args = [queue_name, "clear", "", by] if given is None else [queue_name, "set", given, by]
         return self._run(self._limit, keys=keys, args=args)
+
+    @translate_errors
+    def limit_state(self, queue_names: Sequence[str], rate_counts: Sequence[int | None], partitions: int) -> list:
+        """Read each queue's runtime limits, ready and running counts and the lease time its next rate token waits on.
+
+        `rate_counts` are the settings' rate counts (None: no rate); see limit_state.lua for the reply.
+        """
+        k = self.keys
+        keys = [k.limits()]
+        args: list[Any] = [k.partition, partitions]
+        for name, count in zip(queue_names, rate_counts, strict=True):
+            keys += [k.segment(name, Segment.READY), k.segment(name, Segment.RUNNING), k.lease_times(name)]
+            args += [name, "" if count is None else count]
+        return self._run(self._limit_state, keys=keys, args=args)
 
     @translate_errors
     def take_control(self, workers: Sequence[str]) -> list:

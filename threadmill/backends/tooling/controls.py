@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..base import PausedQueue, Segment
-from ..limits import NO_LIMIT, LimitError, QueueLimit, Rate, check_partitions, decode, encode, overlay, share
+from ..base import PausedQueue
+from ..limits import NO_LIMIT, LimitError, QueueLimit, Rate, check_partitions, decode, encode, overlay
 from ..scripts import translate_errors
 from .host import ToolingHost
 
@@ -124,35 +124,25 @@ class ControlTooling(ToolingHost):
 
     @translate_errors
     def queue_limits(self, queue_names: Sequence[str]) -> dict[str, LimitState]:
-        """Return each queue's limits and what they hold back, one round trip a partition (server time included)."""
+        """Return each queue's limits and what they hold back, one script call a partition (server time included)."""
         partitions = self.covered_partitions()
-        replies = []
-        for partition in partitions:
-            keys = self.keys_for(partition)
-            pipe = self.client_for(keys.limits()).pipeline(transaction=False)
-            pipe.time()
-            for name in queue_names:
-                pipe.hmget(keys.limits(), name, f"{name}:set")
-                pipe.zcard(keys.segment(name, Segment.READY))
-                pipe.zcard(keys.segment(name, Segment.RUNNING))
-                pipe.lrange(keys.lease_times(name), 0, -1)
-            replies.append(pipe.execute())
+        settings = [self.config.limits.get(name, NO_LIMIT) for name in queue_names]
+        counts = [None if limit.rate is None else limit.rate.count for limit in settings]
+        replies = [self.scripts_for(p).limit_state(queue_names, counts, len(partitions)) for p in partitions]
         out = {}
-        for i, name in enumerate(queue_names):
-            rows = [reply[1 + 4 * i : 5 + 4 * i] for reply in replies]
-            runtime = decode(rows[0][0][0])
-            audit = json.loads(rows[0][0][1]) if rows[0][0][1] else None
-            limit = overlay(self.config.limits.get(name, NO_LIMIT), runtime)
-            waits = []
-            for partition, (reply, row) in enumerate(zip(replies, rows, strict=True)):
-                waits.append(_next_token_s(limit.rate, row[3], partition, len(partitions), reply[0]))
+        for i, (name, setting) in enumerate(zip(queue_names, settings, strict=True)):
+            rows = [reply[2 + 5 * i : 7 + 5 * i] for reply in replies]
+            runtime = decode(rows[0][0])
+            audit = json.loads(rows[0][1]) if rows[0][1] else None
+            rate = overlay(setting, runtime).rate
+            waits = [_next_token_s(rate, row[4], reply[:2]) for reply, row in zip(replies, rows, strict=True)]
             out[name] = LimitState(
-                setting=self.config.limits.get(name, NO_LIMIT),
+                setting=setting,
                 runtime=runtime,
                 set_by=None if audit is None else str(audit["by"]),
                 set_since=None if audit is None else datetime.fromtimestamp(audit["since"], UTC),
-                ready=sum(row[1] for row in rows),
-                running=sum(row[2] for row in rows),
+                ready=sum(row[2] for row in rows),
+                running=sum(row[3] for row in rows),
                 next_token_s=None if None in waits or not waits else min(w for w in waits if w is not None),
             )
         return out
@@ -179,13 +169,15 @@ class ControlTooling(ToolingHost):
         return {reply[i].decode(): json.loads(reply[i + 1])["command"] for i in range(0, len(reply), 2)}
 
 
-def _next_token_s(rate: Rate | None, times: list, partition: int, partitions: int, server_time) -> float | None:
-    """Seconds until a partition's next rate token comes back; None while it has one (or there is no rate)."""
-    if rate is None:
+def _next_token_s(rate: Rate | None, lease_time: bytes | None, server_time: Sequence[bytes]) -> float | None:
+    """Seconds until a partition's next rate token comes back; None while it has one (or there is no rate).
+
+    `lease_time` is the partition's N-th newest lease time (N its share of the rate), None when it kept fewer.
+    """
+    if rate is None or lease_time is None:
         return None
-    tokens = share(rate.count, partition, partitions)
-    now = server_time[0] + server_time[1] / 1e6
-    live = [float(t) for t in times if float(t) > now - rate.period_s]
-    if len(live) < tokens:
+    now = int(server_time[0]) + int(server_time[1]) / 1e6
+    spent = float(lease_time)
+    if spent <= now - rate.period_s:
         return None
-    return max(0.0, live[tokens - 1] + rate.period_s - now)
+    return max(0.0, spent + rate.period_s - now)
