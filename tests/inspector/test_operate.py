@@ -157,6 +157,7 @@ def test_clearing_a_queues_limits_falls_back_to_the_settings(operator_client, se
         ({"rate": "0/s"}, "Rate: A rate allows 1 to 100,000 per unit, not 0."),
         ({"concurrency": "-1"}, "Concurrency: A concurrency limit is a whole number of at least 1, not -1."),
         ({"concurrency": "abc"}, "Concurrency: A concurrency limit is a whole number of at least 1, not 'abc'."),
+        ({"concurrency": "²"}, "Concurrency: A concurrency limit is a whole number of at least 1, not '²'."),
         ({"concurrency": "", "rate": ""}, "Give a concurrency, a rate or both."),
     ],
 )
