@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -150,7 +151,7 @@ class LimitForm(forms.Form):
         return data
 
 
-def _limit_part(parse, text: str):
+def _limit_part[T](parse: Callable[[str], T], text: str) -> T | None:
     try:
         return parse(text) if text else None
     except LimitError as e:

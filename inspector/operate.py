@@ -2,7 +2,8 @@
 requeue orphaned tasks, and the schedules page with its pause, resume and run now.
 
 Each control is a POST with the CSRF token that the page confirms (`hx-confirm`) before it
-is sent; without JavaScript it is a plain POST. Each needs the change permission, writes an
+is sent; without JavaScript it is a plain POST (a queue's limits are typed on a page of
+their own, whose form is the confirmation). Each needs the change permission, writes an
 audit entry, and redirects back with a message saying what happened.
 """
 
@@ -74,8 +75,8 @@ def queue_limits(request, backend: str, queue: str):
 def _set_limits(request, backend: str, queue: str, form: forms.LimitForm) -> bool:
     """Set the form's limits, audited; False with the reason on the form when the backend refuses them."""
     concurrency, rate = form.cleaned_data["concurrency"], form.cleaned_data["rate"]
+    rate_text = None if rate is None else str(rate)
     try:
-        rate_text = None if rate is None else str(rate)
         limit = api.controls.set_queue_limit(backend, queue, concurrency=concurrency, rate=rate_text, by=_who(request))
     except api.controls.LimitError as e:  # a limit below the partition count
         form.add_error(None, str(e))
