@@ -1,13 +1,15 @@
-"""Forms of the console: a segment view's filter, a selection of tasks, the purge confirmation."""
+"""Forms of the console: a segment view's filter, a selection of tasks, the purge confirmation, a queue's limits."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from threadmill import api
+from threadmill.backends.limits import LimitError, Rate, parse_concurrency, parse_rate
 
 #: Most tasks one "requeue selected" or "delete selected" may name.
 MAX_SELECTION = 500
@@ -127,6 +129,33 @@ class CancelConfirmForm(forms.Form):
                 f"Type the queue name, {self.queue_name}, exactly to cancel more than {TYPED_CANCEL_ABOVE} tasks."
             )
         return value
+
+
+class LimitForm(forms.Form):
+    """A queue's runtime concurrency and/or rate; a field left empty keeps the part in force at runtime."""
+
+    concurrency = forms.CharField(required=False, max_length=12, label="Concurrency")
+    rate = forms.CharField(required=False, max_length=20, label="Rate")
+
+    def clean_concurrency(self) -> int | None:
+        return _limit_part(parse_concurrency, self.cleaned_data["concurrency"])
+
+    def clean_rate(self) -> Rate | None:
+        return _limit_part(parse_rate, self.cleaned_data["rate"])
+
+    def clean(self):
+        super().clean()
+        data = self.cleaned_data
+        if not self.errors and data.get("concurrency") is None and data.get("rate") is None:
+            raise ValidationError("Give a concurrency, a rate or both.")
+        return data
+
+
+def _limit_part[T](parse: Callable[[str], T], text: str) -> T | None:
+    try:
+        return parse(text) if text else None
+    except LimitError as e:
+        raise ValidationError(str(e)) from None
 
 
 def reason(form: forms.Form) -> str:

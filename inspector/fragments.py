@@ -38,7 +38,7 @@ def sparkline_points(values: list[int], width: int = 120, height: int = 24) -> s
 
 
 def overview_context(can_change: bool = False) -> dict:
-    """Return what the overview's queue table shows; the pause and resume buttons only to who may use them."""
+    """Return what the overview's queue table shows; the pause, resume and limits controls only to who may use them."""
     summaries = api.overview()
     rows = [
         {
@@ -47,6 +47,7 @@ def overview_context(can_change: bool = False) -> dict:
             "pause_url": url_or_none(
                 "inspector:resume_queue" if s.paused else "inspector:pause_queue", s.alias, s.queue_name
             ),
+            "limits_url": url_or_none("inspector:queue_limits", s.alias, s.queue_name),
             "counts": [
                 (segment, s.counts[segment], segment_url(s.alias, s.queue_name, segment)) for segment in api.Segment
             ],

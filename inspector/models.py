@@ -7,7 +7,8 @@ from django.db import models
 class AuditEntry(models.Model):
     """One console action: requeue, delete, purge or cancel with the tasks it touched, or an operator control.
 
-    Controls touch no task: pausing or resuming a queue (or a schedule: `scope` names it),
+    Controls touch no task: pausing or resuming a queue (or a schedule: `scope` names it), setting or
+    clearing a queue's limits (`scope` says what was set and the limits in force after),
     quieting or stopping a worker process (`scope` names it) and running a schedule now
     (`task_ids` holds the task it enqueued).
     """
@@ -22,6 +23,7 @@ class AuditEntry(models.Model):
         STOP = "stop", "Stop"
         RUN_NOW = "run_now", "Run now"
         CANCEL = "cancel", "Cancel"
+        LIMIT = "limit", "Limit"
 
     #: Most task ids an entry keeps; a purge of a million tasks records the count only.
     MAX_TASK_IDS = 1000
@@ -48,7 +50,7 @@ class AuditEntry(models.Model):
         permissions = (
             (
                 "change_queue",
-                "Can act in the Threadmill console: requeue, delete, purge, pause, quiet, stop, run schedules",
+                "Can act in the Threadmill console: requeue, delete, purge, pause, set limits, quiet, stop, run schedules",
             ),
         )
 

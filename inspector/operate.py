@@ -1,8 +1,9 @@
-"""Operator controls of the console: pause and resume queues, quiet and stop workers, requeue orphaned tasks,
-and the schedules page with its pause, resume and run now.
+"""Operator controls of the console: pause and resume queues, set and clear their limits, quiet and stop workers,
+requeue orphaned tasks, and the schedules page with its pause, resume and run now.
 
 Each control is a POST with the CSRF token that the page confirms (`hx-confirm`) before it
-is sent; without JavaScript it is a plain POST. Each needs the change permission, writes an
+is sent; without JavaScript it is a plain POST (a queue's limits are typed on a page of
+their own, whose form is the confirmation). Each needs the change permission, writes an
 audit entry, and redirects back with a message saying what happened.
 """
 
@@ -12,11 +13,11 @@ from django.contrib import messages
 from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from threadmill import api
 
-from . import audit
+from . import audit, forms
 from .models import AuditEntry
 from .security import can_change, change_required, console_view
 from .views import _queue_or_404, _tasks
@@ -54,6 +55,50 @@ def resume_queue(request, backend: str, queue: str):
     audit.record(request, Action.RESUME, backend, queue, "", "queue", 0)
     say = messages.success if done else messages.warning
     say(request, f"Resumed {queue}." if done else f"{queue} was not paused.")
+    return redirect("inspector:queue_list")
+
+
+@require_http_methods(["GET", "POST"])
+@console_view
+@change_required
+def queue_limits(request, backend: str, queue: str):
+    _queue_or_404(backend, queue)
+    form = forms.LimitForm(request.POST or None)
+    if request.method == "POST" and form.is_valid() and _set_limits(request, backend, queue, form):
+        return redirect("inspector:queue_list")
+    state = api.controls.queue_limits(backend, [queue])[queue]
+    context = {"active": "queues", "backend": backend, "queue_name": queue, "form": form, "state": state}
+    context["words"] = {part: api.limits_text(getattr(state, part)) for part in ("setting", "runtime", "limit")}
+    return render(request, "inspector/limit_detail.html", context, status=400 if request.method == "POST" else 200)
+
+
+def _set_limits(request, backend: str, queue: str, form: forms.LimitForm) -> bool:
+    """Set the form's limits, audited; False with the reason on the form when the backend refuses them."""
+    concurrency, rate = form.cleaned_data["concurrency"], form.cleaned_data["rate"]
+    rate_text = None if rate is None else str(rate)
+    try:
+        limit = api.controls.set_queue_limit(backend, queue, concurrency=concurrency, rate=rate_text, by=_who(request))
+    except api.controls.LimitError as e:  # a limit below the partition count
+        form.add_error(None, str(e))
+        return False
+    given = ", ".join(f"{name} {value}" for name, value in (("concurrency", concurrency), ("rate", rate)) if value)
+    audit.record(request, Action.LIMIT, backend, queue, "", f"set {given}; in force: {api.limits_text(limit)}", 0)
+    messages.success(request, f"Limits of {queue}: {api.limits_text(limit)}, until cleared.")
+    return True
+
+
+@require_POST
+@console_view
+@change_required
+def clear_queue_limits(request, backend: str, queue: str):
+    _queue_or_404(backend, queue)
+    had = api.controls.clear_queue_limit(backend, queue)
+    in_force = api.limits_text(api.controls.queue_limits(backend, [queue])[queue]) or "no limits"
+    audit.record(request, Action.LIMIT, backend, queue, "", f"cleared; in force: {in_force}", 0)
+    if had:
+        messages.success(request, f"Cleared the runtime limits of {queue}; in force now: {in_force}.")
+    else:
+        messages.warning(request, f"{queue} had no runtime limits; in force: {in_force}.")
     return redirect("inspector:queue_list")
 
 

@@ -44,6 +44,8 @@ urlpatterns = [
     path("<tm_backend:backend>/task/<tm_task_id:task_id>/cancel/", views.cancel_task, name="cancel_task"),
     path("<tm_backend:backend>/<tm_queue:queue>/pause/", operate.pause_queue, name="pause_queue"),
     path("<tm_backend:backend>/<tm_queue:queue>/resume/", operate.resume_queue, name="resume_queue"),
+    path("<tm_backend:backend>/<tm_queue:queue>/limits/", operate.queue_limits, name="queue_limits"),
+    path("<tm_backend:backend>/<tm_queue:queue>/limits/clear/", operate.clear_queue_limits, name="clear_queue_limits"),
     path(
         "<tm_backend:backend>/<tm_queue:queue>/running/requeue-orphaned/",
         operate.requeue_orphaned,

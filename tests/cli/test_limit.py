@@ -40,6 +40,11 @@ def test_limit_sets_shows_and_clears_a_queue_s_runtime_limits():
         (["emails", "--rate", "5/x"], "A rate is N/s, N/m or N/h with N a whole number, not '5/x'."),
         (["emails", "--concurrency", "-3"], "A concurrency limit is a whole number of at least 1, not -3."),
         (["emails", "--concurrency", "many"], "A concurrency limit is a whole number of at least 1, not 'many'."),
+        (["emails", "--concurrency", "²"], "A concurrency limit is a whole number of at least 1, not '²'."),
+        (
+            ["emails", "--rate", f"{'9' * 5000}/s"],
+            f"A rate is N/s, N/m or N/h with N a whole number, not '{'9' * 5000}/s'.",
+        ),
         (["nosuch", "--concurrency", "3"], "Unknown queue 'nosuch'; backend 'default' has default, emails, reports."),
         (["emails", "--clear", "--rate", "1/s"], "--clear takes no --concurrency or --rate."),
     ],

@@ -1,4 +1,4 @@
-"""End to end in real Chromium: log in, page, requeue, purge, watch workers, and hostile payloads stay text.
+"""End to end in real Chromium: log in, page, requeue, purge, limit, watch workers, and hostile payloads stay text.
 
 The console runs in daphne and the workers as `manage.py threadmill worker` processes, all
 on the session's Valkey. With THREADMILL_SCREENSHOTS set to a folder (the README's screenshot
@@ -336,6 +336,33 @@ def test_pause_and_resume_a_queue_from_the_overview(page, live, backend):
     assert asked[0].startswith("Pause queue emails?") and asked[1].startswith("Resume queue emails?")
     page.goto("/threadmill/audit/")
     expect_text(page, "#audit-table tbody tr:first-child", "Resume")
+    assert page.csp_violations == []
+
+
+def test_set_a_queues_limits_from_its_row_see_them_there_then_clear_them(page, live, backend):
+    from playwright.sync_api import expect
+
+    log_in(page)
+    asked = accept_dialogs(page)
+    row = 'tr[data-queue="reports"]'
+    page.click(f'{row} td.control a:text("Limits…")')
+    page.fill("#limit-form input[name=concurrency]", "-1")
+    page.click('#limit-form button:text("Set limits")')
+    expect_text(page, "#form-errors", "Concurrency: A concurrency limit is a whole number of at least 1, not -1.")
+    page.fill("#limit-form input[name=concurrency]", "3")
+    page.fill("#limit-form input[name=rate]", "100/m")
+    page.click('#limit-form button:text("Set limits")')
+    expect_text(page, ".messages", "Limits of reports: 3 at once, 100/m, until cleared.")
+    expect_text(page, f"{row} td.status .limits", "Limits: 3 at once, 100/m.")
+    assert backend.queue_limits(["reports"])["reports"].set_by == "admin"
+    page.click(f'{row} td.control a:text("Limits…")')
+    expect_text(page, 'dd[data-part="runtime"]', "3 at once, 100/m (by admin")
+    page.click('#clear-limits-form button:text("Clear runtime limits")')
+    expect_text(page, ".messages", "Cleared the runtime limits of reports; in force now: no limits.")
+    expect(page.locator(f"{row} td.status .limits")).to_have_count(0)
+    assert asked == ["Clear the runtime limits of queue reports? The settings' apply again (no limits)."]
+    page.goto("/threadmill/audit/")
+    expect_text(page, "#audit-table tbody tr:first-child", "cleared; in force: no limits")
     assert page.csp_violations == []
 
 

@@ -1,8 +1,9 @@
 """Operator controls through the Django test client: pause and resume queues, quiet and stop workers,
-orphaned running tasks, schedules; each audited, refused to viewers, and bad input a 4xx."""
+orphaned running tasks, schedules, a queue's limits; each audited, refused to viewers, and bad input a 4xx."""
 
 from __future__ import annotations
 
+import html
 import time
 from datetime import UTC, datetime
 
@@ -10,6 +11,7 @@ import pytest
 
 from inspector.models import AuditEntry
 from tests.inspector.conftest import csrf_post, dead, heartbeat
+from tests.servers import partition
 from threadmill.identity import WorkerName
 
 pytestmark = pytest.mark.django_db
@@ -86,6 +88,132 @@ def test_pausing_an_unknown_queue_is_a_404_and_a_get_a_405(operator_client, back
     assert csrf_post(operator_client, "/threadmill/default/no-such-queue/pause/", {}).status_code == 404
     assert operator_client.get("/threadmill/default/default/pause/").status_code == 405
     assert backend.paused_queues() == {}
+
+
+# -- a queue's limits ---------------------------------------------------------------------------
+
+LIMITS = "/threadmill/default/emails/limits/"
+
+
+def runtime_limit(backend, queue: str = "emails"):
+    return backend.queue_limits([queue])[queue].runtime
+
+
+def test_setting_a_queues_limits_shows_them_on_its_row_and_audits_who_set_them(operator_client, backend, seeded):
+    from threadmill.backends.limits import QueueLimit, Rate
+
+    response = csrf_post(operator_client, LIMITS, {"concurrency": "3", "rate": "100/m"}, headers=HTMX)
+    assert response.status_code == 302 and response.headers["Location"] == "/threadmill/"
+    state = backend.queue_limits(["emails"])["emails"]
+    assert (state.runtime, state.set_by) == (QueueLimit(3, Rate(100, "m")), "operator")
+    html = operator_client.get("/threadmill/").content.decode()
+    assert "Limits of emails: 3 at once, 100/m, until cleared." in html
+    assert 'data-limits="3 at once, 100/m"' in html and f'href="{LIMITS}"' in html
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.queue_name, entry.username, entry.count) == ("limit", "emails", "operator", 0)
+    assert entry.scope == "set concurrency 3, rate 100/m; in force: 3 at once, 100/m"
+
+
+def test_a_limit_field_left_empty_keeps_that_part_as_it_is(operator_client, backend):
+    from threadmill.backends.limits import QueueLimit, Rate
+
+    csrf_post(operator_client, LIMITS, {"concurrency": "3", "rate": ""})
+    csrf_post(operator_client, LIMITS, {"concurrency": "", "rate": "20/s"})
+    assert runtime_limit(backend) == QueueLimit(3, Rate(20, "s"))
+    page = operator_client.get(LIMITS).content.decode()
+    assert '<dd data-part="runtime">3 at once, 20/s (by operator, <time' in page
+    assert 'id="clear-limits-form"' in page
+
+
+def test_clearing_a_queues_limits_falls_back_to_the_settings(operator_client, settings, seeded):
+    from django.tasks import task_backends
+
+    from threadmill.backends.limits import NO_LIMIT
+
+    alias = settings.TASKS["default"]
+    options = {**alias["OPTIONS"], "limits": {"emails": {"concurrency": 5}}}
+    settings.TASKS = {"default": {**alias, "OPTIONS": options}}
+    backend = task_backends["default"]
+    csrf_post(operator_client, LIMITS, {"concurrency": "2"})
+    assert 'data-limits="2 at once"' in operator_client.get("/threadmill/").content.decode()
+    response = csrf_post(operator_client, LIMITS + "clear/", {}, headers=HTMX)
+    assert response.status_code == 302 and response.headers["Location"] == "/threadmill/"
+    assert runtime_limit(backend) == NO_LIMIT
+    html = operator_client.get("/threadmill/").content.decode()
+    assert "Cleared the runtime limits of emails; in force now: 5 at once." in html
+    assert 'data-limits="5 at once"' in html
+    assert 'id="clear-limits-form"' not in operator_client.get(LIMITS).content.decode()
+    csrf_post(operator_client, LIMITS + "clear/", {})
+    assert "emails had no runtime limits; in force: 5 at once." in operator_client.get("/threadmill/").content.decode()
+    scopes = list(AuditEntry.objects.order_by("id").values_list("action", "scope"))
+    cleared = ("limit", "cleared; in force: 5 at once")
+    assert scopes == [("limit", "set concurrency 2; in force: 2 at once"), cleared, cleared]
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"rate": "5/x"}, "Rate: A rate is N/s, N/m or N/h with N a whole number, not '5/x'."),
+        ({"rate": "0/s"}, "Rate: A rate allows 1 to 100,000 per unit, not 0."),
+        ({"concurrency": "-1"}, "Concurrency: A concurrency limit is a whole number of at least 1, not -1."),
+        ({"concurrency": "abc"}, "Concurrency: A concurrency limit is a whole number of at least 1, not 'abc'."),
+        ({"concurrency": "²"}, "Concurrency: A concurrency limit is a whole number of at least 1, not '²'."),
+        ({"concurrency": "", "rate": ""}, "Give a concurrency, a rate or both."),
+    ],
+)
+def test_a_bad_limit_is_a_400_naming_the_problem_and_changes_nothing(operator_client, backend, seeded, data, problem):
+    from threadmill.backends.limits import NO_LIMIT
+
+    before = backend.queue_stats()
+    response = csrf_post(operator_client, LIMITS, data)
+    assert response.status_code == 400
+    assert problem in html.unescape(response.content.decode())
+    assert "Traceback" not in response.content.decode()
+    assert runtime_limit(backend) == NO_LIMIT and backend.queue_stats() == before
+    assert not AuditEntry.objects.exists()
+
+
+def test_a_limit_below_the_partition_count_is_a_400_naming_it(operator_client, settings):
+    from threadmill.backends.limits import NO_LIMIT
+
+    backend = partition(settings)
+    response = csrf_post(operator_client, LIMITS, {"concurrency": "2"})
+    assert response.status_code == 400
+    problem = "A concurrency limit of 2 is below the 3 partitions: each partition enforces a share of it, at least 1."
+    assert problem in response.content.decode()
+    assert runtime_limit(backend) == NO_LIMIT and not AuditEntry.objects.exists()
+
+
+@pytest.mark.parametrize("url", [LIMITS, LIMITS + "clear/"])
+def test_limits_of_an_unknown_queue_or_backend_are_a_404(operator_client, url):
+    response = csrf_post(operator_client, url.replace("/emails/", "/no-such-queue/"), {"concurrency": "3"})
+    assert response.status_code == 404
+    assert "No queue named &#x27;no-such-queue&#x27; on backend &#x27;default&#x27;." in response.content.decode()
+    unknown_backend = url.replace("/default/", "/no-such-backend/", 1)
+    assert csrf_post(operator_client, unknown_backend, {"concurrency": "3"}).status_code == 404
+    assert not AuditEntry.objects.exists()
+
+
+def test_limits_are_refused_to_a_viewer_with_403_and_anonymous_users_go_to_log_in(client_as, viewer, backend, seeded):
+    from django.test import Client
+
+    from threadmill.backends.limits import NO_LIMIT
+
+    assert LIMITS not in client_as(viewer).get("/threadmill/").content.decode()
+    assert client_as(viewer).get(LIMITS).status_code == 403
+    for url in (LIMITS, LIMITS + "clear/"):
+        assert csrf_post(client_as(viewer), url, {"concurrency": "3"}).status_code == 403
+        response = Client().post(url, {"concurrency": "3"})
+        assert response.status_code == 302 and response.headers["Location"].startswith("/admin/login/?next=")
+    assert runtime_limit(backend) == NO_LIMIT and not AuditEntry.objects.exists()
+
+
+def test_limits_refuse_a_post_without_the_csrf_token_and_clearing_refuses_get(operator_client, backend):
+    from threadmill.backends.limits import NO_LIMIT
+
+    assert operator_client.post(LIMITS, {"concurrency": "3"}).status_code == 403
+    assert operator_client.get(LIMITS + "clear/").status_code == 405
+    assert runtime_limit(backend) == NO_LIMIT
 
 
 # -- the overview's first render --------------------------------------------------------------

@@ -22,6 +22,7 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..attempts import ATTEMPTS_KEPT, Timeline, timeline_of
 from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
+from ..backends.limits import QueueLimit
 from ..backends.merge import Cursor, KeysetPage
 from ..backends.tooling.actions import CancelOutcome
 from ..backends.tooling.controls import LimitState
@@ -248,15 +249,17 @@ def queue_status(
     return f"{len(serving)} live worker{'s' if len(serving) != 1 else ''}.", "ok"
 
 
-def limits_text(limit: LimitState | None) -> str:
-    """The limits in force of a queue in words ("3 at once, 100/m"), "" when it has none."""
+def limits_text(limit: LimitState | QueueLimit | None) -> str:
+    """The limits in force of a queue (or these limits) in words ("3 at once, 100/m"), "" when it has none."""
     if limit is None:
         return ""
+    if isinstance(limit, LimitState):
+        limit = limit.limit
     parts = []
-    if limit.limit.concurrency is not None:
-        parts.append(f"{limit.limit.concurrency} at once")
-    if limit.limit.rate is not None:
-        parts.append(str(limit.limit.rate))
+    if limit.concurrency is not None:
+        parts.append(f"{limit.concurrency} at once")
+    if limit.rate is not None:
+        parts.append(str(limit.rate))
     return ", ".join(parts)
 
 

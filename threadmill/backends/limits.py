@@ -22,7 +22,10 @@ RATE_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
 #: Most leases a rate may allow per unit: acquire keeps one timestamp per lease in the last unit.
 MAX_RATE_COUNT = 100_000
 
-_RATE = re.compile(r"(\d+)/([smh])")
+# ASCII digits, bounded: str.isdigit() also passes '²', which int() refuses with a bare ValueError,
+# as it does a run of digits past its 4,300-digit limit.
+_RATE = re.compile(r"([0-9]{1,18})/([smh])")
+_CONCURRENCY = re.compile(r"\s*(-?[0-9]{1,18})\s*")
 
 
 class LimitError(ValueError):
@@ -73,8 +76,9 @@ def parse_rate(text: object) -> Rate:
 
 def parse_concurrency(value: object) -> int:
     """Return a concurrency limit, a whole number of at least 1; LimitError otherwise."""
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
+    match = _CONCURRENCY.fullmatch(value) if isinstance(value, str) else None
+    if match is not None:
+        value = int(match[1])
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise LimitError(f"A concurrency limit is a whole number of at least 1, not {value!r}.")
     return value
