@@ -571,9 +571,9 @@ def three_a_minute(n):
 
 
 @task(takes_context=True, concurrency=3)
-def count_concurrent_three_at_a_time(context, sleep_ms=0):
+def count_concurrent_three_at_a_time(context, sleep_ms=0, first_attempt_sleep_ms=None):
     """count_concurrent with a per-task concurrency limit of 3."""
-    return count_concurrent.func(context, sleep_ms)
+    return count_concurrent.func(context, sleep_ms, first_attempt_sleep_ms)
 
 
 @task(takes_context=True, rate="20/s")

@@ -194,6 +194,7 @@ local function path_limit(path)
   local c, r, p = string.match(spec, '^([^|]*)|([^|]*)|([^|]*)$')
   if c and c ~= '' then
     state.limit = share(tonumber(c))
+    state.leased = {}
     state.running = task_limit_prefix .. path .. ':running'
     state.count = redis.call('SCARD', state.running)
   end
@@ -208,15 +209,20 @@ end
 
 local function recount(state)
   state.checked = true
-  local live = 0
+  local live, mine = 0, {}
+  for _, id in ipairs(state.leased) do
+    mine[id] = true
+  end
   for _, id in ipairs(redis.call('SMEMBERS', state.running)) do
-    if redis.call('HGET', prefix .. id, 'segment') == 'running' then
+    if mine[id] then
+      -- A recovered task this call leased again: counted once, below.
+    elseif redis.call('HGET', prefix .. id, 'segment') == 'running' then
       live = live + 1
     else
       redis.call('SREM', state.running, id)
     end
   end
-  state.count = live
+  state.count = live + #state.leased  -- this call's leases join the set at its end
 end
 
 local function path_admits(path, q)
@@ -239,7 +245,7 @@ end
 local function path_took(path, id)
   local state = paths[path]
   if state.limit then
-    redis.call('SADD', state.running, id)
+    state.leased[#state.leased + 1] = id
     state.count = state.count + 1
   end
   if state.rate then
@@ -289,6 +295,12 @@ local function record_task_limits()
   end
   local wait = nil
   for _, state in pairs(paths) do
+    local leased = state.leased
+    if leased and #leased > 0 then
+      for first = 1, #leased, CHUNK do
+        redis.call('SADD', state.running, unpack(leased, first, math.min(first + CHUNK - 1, #leased)))
+      end
+    end
     local rate = state.rate
     if rate and state.spent > 0 then
       local times = {}
