@@ -163,3 +163,20 @@ def test_a_per_task_limit_below_the_partition_count_is_refused_at_enqueue(backen
     with pytest.raises(InvalidTask, match=r"tests.tasks.three_at_a_time: A concurrency limit of 3 is below the 4 "):
         partitioned.enqueue(three_at_a_time, (1,), {})
     assert partitioned.acquire("default", count=5, worker="w:1") == []
+
+
+def test_the_tooling_reads_each_limited_path_with_its_runs_and_next_token(backend):
+    for i in range(9):
+        enqueue(backend, three_at_a_time, i)
+        enqueue(backend, three_a_minute, i)
+    leased = _drain(backend, "default")
+    finish(backend, next(r for r in leased if r.task.module_path.endswith("three_at_a_time")))
+
+    limits = backend.task_limits()
+
+    assert sorted(limits) == ["tests.tasks.three_a_minute", "tests.tasks.three_at_a_time"]
+    concurrency, rate = limits["tests.tasks.three_at_a_time"], limits["tests.tasks.three_a_minute"]
+    assert (str(concurrency.limit.concurrency), concurrency.running, concurrency.at_concurrency) == ("3", 2, False)
+    assert concurrency.next_token_s is None
+    assert rate.limit.rate is not None and str(rate.limit.rate) == "3/m"
+    assert rate.running == 0 and 59 < rate.next_token_s <= 60
