@@ -46,6 +46,22 @@ class PathRow:
     p50: float | None
     p95: float | None
     wait_p95: float | None
+    #: The path's per-task limit (`@task(concurrency=, rate=)`) and its runs leased now; None without one.
+    limit: api.metrics.TaskLimitState | None = None
+
+    @property
+    def limit_text(self) -> str:
+        """The path's limit and what runs against it, in words: "3 at once (2 running), 100/m"."""
+        if self.limit is None:
+            return ""
+        parts = []
+        if self.limit.limit.concurrency is not None:
+            parts.append(f"{self.limit.limit.concurrency} at once ({self.limit.running} running)")
+        if self.limit.limit.rate is not None:
+            rate = str(self.limit.limit.rate)
+            wait = self.limit.next_token_s
+            parts.append(rate if wait is None else f"{rate} (the next start in {wait:.1f} s)")
+        return ", ".join(parts)
 
     @property
     def linkable(self) -> bool:
@@ -53,8 +69,9 @@ class PathRow:
         return _PATH.fullmatch(self.stats.path) is not None and "/" not in self.stats.queue
 
     @classmethod
-    def of(cls, alias: str, stats: api.metrics.PathStats) -> PathRow:
-        return cls(alias, stats, stats.duration_quantile(0.5), stats.duration_quantile(0.95), stats.wait_quantile(0.95))
+    def of(cls, alias: str, stats: api.metrics.PathStats, limit: api.metrics.TaskLimitState | None = None) -> PathRow:
+        p50, p95, wait = stats.duration_quantile(0.5), stats.duration_quantile(0.95), stats.wait_quantile(0.95)
+        return cls(alias, stats, p50, p95, wait, limit)
 
 
 def _choice(request, name: str, choices, default: str) -> str:
@@ -70,11 +87,10 @@ def task_path_list(request):
     span = _choice(request, "span", SPANS, "1h")
     sort = _choice(request, "sort", SORTS, "runs")
     title, minutes = SPANS[span]
-    rows = [
-        PathRow.of(alias, stats)
-        for alias in api.backend_aliases()
-        for stats in api.metrics.task_paths(alias, minutes=minutes)
-    ]
+    rows = []
+    for alias in api.backend_aliases():
+        limits = api.metrics.task_limits(alias)
+        rows += [PathRow.of(alias, s, limits.get(s.path)) for s in api.metrics.task_paths(alias, minutes=minutes)]
     key = SORTS[sort]
     if key is None:
         rows.sort(key=lambda r: (r.stats.path, r.stats.queue, r.alias))
@@ -144,7 +160,7 @@ def task_path_detail(request, backend: str, queue: str, path: str):
         "backend": backend,
         "queue_name": queue,
         "path": path,
-        "row": PathRow.of(backend, total),
+        "row": PathRow.of(backend, total, api.metrics.task_limits(backend).get(path)),
         "errors": sorted(total.errors.items(), key=lambda item: -item[1]),
         "charts": charts,
         "width": WIDTH,

@@ -556,3 +556,27 @@ def count_concurrent(context, sleep_ms=0, first_attempt_sleep_ms=None):
         counter.decr("limits:running")
     counter.hincrby("faults:finished", task_id, 1)
     return task_id
+
+
+@task(concurrency=3)
+def three_at_a_time(n):
+    """A task with a per-task concurrency limit of 3 (its path's, across every queue and worker)."""
+    return n
+
+
+@task(rate="3/m")
+def three_a_minute(n):
+    """A task with a per-task rate of 3 a minute."""
+    return n
+
+
+@task(takes_context=True, concurrency=3)
+def count_concurrent_three_at_a_time(context, sleep_ms=0, first_attempt_sleep_ms=None):
+    """count_concurrent with a per-task concurrency limit of 3."""
+    return count_concurrent.func(context, sleep_ms, first_attempt_sleep_ms)
+
+
+@task(takes_context=True, rate="20/s")
+def count_concurrent_twenty_a_second(context, sleep_ms=0):
+    """count_concurrent with a per-task rate of 20 a second."""
+    return count_concurrent.func(context, sleep_ms)

@@ -52,6 +52,11 @@ NON_BINDING_LIMITS = (
     ("concurrency 10000", '{"default": {"concurrency": 10000}}'),
     ("rate 100000 per s", '{"default": {"rate": "100000/s"}}'),
 )
+#: The drain rows whose every task carries a per-task limit that never binds: (row suffix, its JSON).
+NON_BINDING_TASK_LIMITS = (
+    ("task concurrency 10000", '{"concurrency": 10000}'),
+    ("task rate 100000 per s", '{"rate": "100000/s"}'),
+)
 WORKER_COMMAND = ROOT / "threadmill" / "management" / "commands" / "threadmill.py"
 
 
@@ -190,6 +195,11 @@ def threadmill_queues(depth: int, extra_prefetch: list[int]) -> list[QueueUnderT
         variants.append(
             threadmill_queue(f"threadmill {suffix}", [], note, depth, extra_env={"THREADMILL_TEST_LIMITS": limits})
         )
+    # Per-task limits: acquire looks at each task's path, counts the path's runs or keeps its lease times.
+    for suffix, limit in NON_BINDING_TASK_LIMITS:
+        note = "a per-task limit that never binds, default prefetch"
+        extra = {"THREADMILL_BENCH_TASK_LIMIT": limit}
+        variants.append(threadmill_queue(f"threadmill {suffix}", [], note, depth, extra_env=extra))
     # How the pool scales on this machine: a second process, or four threads in one.
     for workers, threads in POOL_SHAPES:
         name = f"threadmill -w {workers} -t {threads}"

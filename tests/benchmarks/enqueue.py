@@ -14,6 +14,7 @@ one stored): the cost of the uniqueness check and key on top of a plain enqueue.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -49,8 +50,12 @@ def enqueue(system: str, depth: int) -> None:
     if system == "threadmill":
         from tests.tasks import echo
 
+        task = echo
+        if os.environ.get("THREADMILL_BENCH_TASK_LIMIT"):
+            # The drain's per-task limit rows: echo with `@task(concurrency=...)` or `rate=...` (JSON).
+            task = dataclasses.replace(echo, **json.loads(os.environ["THREADMILL_BENCH_TASK_LIMIT"]))
         for i in range(depth):
-            echo.enqueue(i)
+            task.enqueue(i)
     elif system == "dramatiq":
         from .peers import dramatiq_app
 

@@ -83,12 +83,17 @@ def test_a_rate_of_20_a_second_admits_at_most_20_leases_in_any_second_and_exit_e
     print(f"{partitions} partition(s): 100 tasks at 20/s in {times[-1] - times[0]:.2f} s; most in any second: {most}")
 
 
+@pytest.mark.parametrize("limit", ["queue", "task"])
 def test_a_killed_worker_s_slots_are_freed_when_its_leases_are_recovered_not_at_the_lease_ttl(
-    tally: Tally, fault_server, start_pool
+    tally: Tally, fault_server, start_pool, limit
 ):
-    tally.backend.set_limit("default", concurrency=3, by="test")
-    stuck = tally.enqueue(3, task=tasks.count_concurrent, first_attempt_sleep_ms=120_000)
-    waiting = tally.enqueue(6, task=tasks.count_concurrent, sleep_ms=20)
+    if limit == "queue":
+        tally.backend.set_limit("default", concurrency=3, by="test")
+        task = tasks.count_concurrent
+    else:
+        task = tasks.count_concurrent_three_at_a_time  # @task(concurrency=3)
+    stuck = tally.enqueue(3, task=task, first_attempt_sleep_ms=120_000)
+    waiting = tally.enqueue(6, task=task, sleep_ms=20)
     pool = start_pool(fault_server, "-w", "1", "-t", "4")
     wait_for(lambda: pool.alive() and len(tally.started()) == 3, lambda: f"three tasks start ({tally.summary()})", 30)
     assert set(tally.started()) == set(stuck), "the limit let a fourth task start"
@@ -135,3 +140,65 @@ def test_an_idle_worker_waiting_on_a_held_back_queue_wakes_when_an_acknowledgeme
     wait_for(lambda: tally.started()[waiting], lambda: f"the waiting task starts ({tally.summary()})", 2.5)
     print(f"the held-back task started {time.monotonic() - acknowledged_at:.2f} s after the slot freed")
     assert held_id not in tally.started()
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_four_processes_of_four_threads_never_run_more_of_a_task_than_its_own_concurrency(
+    counter, fault_server, start_pool, partitions
+):
+    # `@task(concurrency=3)`; plain tasks queued behind them run beside them, not after them.
+    tally = Tally(fault_backend(fault_server, partitions=partitions), counter)
+    limited = tally.enqueue(60, task=tasks.count_concurrent_three_at_a_time, sleep_ms=30)
+    plain = tally.enqueue(30, task=tasks.count_run)
+
+    pool = start_pool(fault_server, "-w", "4", "-t", "4", THREADMILL_TEST_PARTITIONS=str(partitions))
+    wait_for_drain(pool, tally, 60)
+
+    tally.assert_each_ran_once()
+    assert 1 <= _peak(tally) <= 3, f"peak running at once {_peak(tally)}, the task's limit 3"
+    if partitions == 1:
+        assert _peak(tally) == 3, "the limit was never reached: the test proves nothing"
+    finished_at = {t: tally.backend.get_result(t).finished_at for t in limited + plain}
+    last_plain, last_limited = max(finished_at[t] for t in plain), max(finished_at[t] for t in limited)
+    assert last_plain < last_limited, "the plain tasks waited behind the held ones"
+    print(f"{partitions} partition(s): peak running at once {_peak(tally)} of 16 threads, the task's limit 3")
+
+
+def test_a_task_s_rate_of_20_a_second_admits_at_most_20_of_its_leases_in_any_second(counter, fault_server, start_pool):
+    tally = Tally(fault_backend(fault_server), counter)
+    tally.enqueue(100, task=tasks.count_concurrent_twenty_a_second)
+
+    pool = start_pool(fault_server, "-w", "4", "-t", "4", "--exit-empty")
+    assert pool.process.wait(60) == 0, pool.output[-3000:]
+
+    tally.assert_each_ran_once()
+    times = _lease_times(tally)
+    most = _most_in_a_window(times, 1.0)
+    assert most <= 20, f"{most} leases in one second, the task's rate 20/s"
+    assert times[-1] - times[0] >= 3.9, f"100 leases in {times[-1] - times[0]:.2f} s at 20/s"
+    print(f"100 tasks at the task's 20/s in {times[-1] - times[0]:.2f} s; most in any second: {most}")
+
+
+def test_an_idle_worker_waiting_on_a_held_task_wakes_when_an_acknowledgement_frees_its_slot(
+    tally: Tally, fault_server, start_pool
+):
+    backend = tally.backend
+    holder = "test:1:holder"
+    held_ids = tally.enqueue(3, task=tasks.count_concurrent_three_at_a_time)
+    held = backend.acquire("default", count=3, worker=holder)
+    assert {r.id for r in held} == set(held_ids)
+    [waiting] = tally.enqueue(1, task=tasks.count_concurrent_three_at_a_time)
+    pool = start_pool(fault_server, "-w", "1", "-t", "1")
+
+    def waits_on_the_server() -> bool:
+        backend.heartbeat(holder, {"type": "worker", "worker": holder, "queues": ["default"]})  # not recovered
+        return pool.alive() and any("b" in c["flags"] for c in backend.client.client_list())
+
+    wait_for(waits_on_the_server, lambda: "the pool's worker waits on the wake lists", 30)
+    assert not tally.started(), "the task's limit let a fourth run start"
+    mark_successful(held[0], datetime.now(UTC))
+    assert backend.acknowledge(held[0])
+    acknowledged_at = time.monotonic()
+
+    wait_for(lambda: tally.started()[waiting], lambda: f"the waiting task starts ({tally.summary()})", 2.5)
+    print(f"the held task started {time.monotonic() - acknowledged_at:.2f} s after its slot freed")

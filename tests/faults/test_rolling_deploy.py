@@ -8,6 +8,7 @@ acknowledged. Counted on the counter server.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -31,6 +32,8 @@ PREVIOUS_RELEASE = "a7f2b45"
 #: The release landed before this one's new stored fields and script arguments (attempts, unique,
 #: limits, per-task statistics, enqueue retries).
 LAST_LANDED_RELEASE = "5835d2b"
+#: The release landed before per-task limits (a task hash field, three keys, two enqueue arguments).
+BEFORE_TASK_LIMITS = "f7b4fe4"
 
 
 def _release_tree(commit: str) -> Iterator[Path]:
@@ -60,6 +63,12 @@ def previous_release() -> Iterator[Path]:
 def last_landed_release() -> Iterator[Path]:
     """A worktree of the release before attempt records, unique keys, limits and per-task statistics."""
     yield from _release_tree(LAST_LANDED_RELEASE)
+
+
+@pytest.fixture(scope="module")
+def release_before_task_limits() -> Iterator[Path]:
+    """A worktree of the release before per-task limits."""
+    yield from _release_tree(BEFORE_TASK_LIMITS)
 
 
 def _has_commit(commit: str) -> bool:
@@ -143,3 +152,24 @@ def test_the_last_release_beside_this_one_loses_nothing_and_its_runs_read_back(
     # Per-task statistics count this release's runs only (the older one sends none).
     counted = sum(s.runs for s in tally.backend.task_stats(minutes=60))
     assert 0 < counted < sum(tally.finished().values()), counted
+
+
+def test_the_release_before_per_task_limits_runs_limited_tasks_beside_this_one_and_loses_none(
+    tally: Tally, fault_server, counter_server, start_pool, release_before_task_limits
+):
+    # The same path in both trees: this release's enqueue marks it limited, the older worker ignores the mark.
+    from tests.tasks import count_run
+
+    limited = dataclasses.replace(count_run, concurrency=3)
+    ids = tally.enqueue(150, task=limited, sleep_ms=30) + tally.enqueue(150, sleep_ms=30)
+    env = fault_env(fault_server, counter_server.url)
+    old = PreviousReleasePool(release_before_task_limits, "-w", "1", "-t", "2", env=env)
+    new = start_pool(fault_server, "-w", "1", "-t", "2")
+    may_run_twice, _ = _drain_killing_each_once(tally, old, new)
+
+    _assert_every_task_ran_once_but_at_the_kills(tally, may_run_twice)
+    # The path's running set holds no run that still counts once the drain is over.
+    keys, client = tally.backend.keys_for(0), tally.backend.client
+    running = keys.task_limit_prefix() + "tests.tasks.count_run:running"
+    assert client.hget(keys.task(ids[0]), "limit_path") == b"tests.tasks.count_run"
+    assert [m for m in client.smembers(running) if client.hget(keys.task(m.decode()), "segment") == b"running"] == []

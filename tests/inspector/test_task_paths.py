@@ -55,3 +55,21 @@ def test_a_stored_path_is_escaped_and_the_pages_are_staff_only(operator_client, 
     page = operator_client.get("/threadmill/tasks/").content.decode()
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
     assert client.get("/threadmill/tasks/").status_code == 302  # to the login page
+
+
+def test_a_path_with_a_per_task_limit_shows_it_and_its_runs_leased_now(operator_client, backend):
+    from tests.tasks import three_a_minute, three_at_a_time
+
+    for i in range(4):
+        backend.enqueue(three_at_a_time, [i], {})
+    backend.enqueue(three_a_minute, [0], {})
+    leased = backend.acquire("default", count=10, worker="w:1")
+    assert len(leased) == 4  # three of one path, one of the other
+    _record(backend, "tests.tasks.three_at_a_time", runs=1, successful=1)
+    _record(backend, "tests.tasks.echo", runs=1, successful=1)
+
+    page = operator_client.get("/threadmill/tasks/").content.decode()
+    assert "Limit: 3 at once (3 running)" in page
+    assert page.count('class="task-limit"') == 1  # echo has none
+    detail = operator_client.get("/threadmill/tasks/default/default/tests.tasks.three_at_a_time/").content.decode()
+    assert "Per-task limit, across every queue and worker: 3 at once (3 running)." in detail

@@ -16,9 +16,18 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from ..backends.base import Segment
 from ..backends.taskstats import BOUNDS_S, PathStats
+from ..backends.tooling import TaskLimitState
 from .queues import backend_aliases, get_backend
 
-__all__ = ["CONTENT_TYPE_LATEST", "PathStats", "exposition", "task_path_minutes", "task_paths"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "PathStats",
+    "TaskLimitState",
+    "exposition",
+    "task_limits",
+    "task_path_minutes",
+    "task_paths",
+]
 
 #: The counter `threadmill_tasks_<name>_total` of each of a queue's totals, and what it counts.
 COUNTED = {
@@ -165,3 +174,8 @@ def task_paths(alias: str, *, minutes: int | None = 60) -> list[PathStats]:
 def task_path_minutes(alias: str, queue_name: str, path: str, *, minutes: int = 60) -> list[tuple[int, PathStats]]:
     """One task path's counts on one queue for each of the last `minutes`, oldest first, as (epoch minute, counts)."""
     return get_backend(alias).task_stats_by_minute(queue_name, path, minutes=minutes)
+
+
+def task_limits(alias: str) -> dict[str, TaskLimitState]:
+    """Every task path of `alias` with a per-task limit (`@task(concurrency=, rate=)`), and its runs leased now."""
+    return get_backend(alias).task_limits()

@@ -118,7 +118,8 @@ class Page(Sequence):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadmillTask(Task):
-    """A Django task with optional retry policy (`retry=`), time limit (`timeout=`) and uniqueness (`unique=`)."""
+    """A Django task with optional retry policy (`retry=`), time limit (`timeout=`), uniqueness (`unique=`)
+    and limits on its runs across every worker (`concurrency=`, `rate=`)."""
 
     retry: Any = None
     #: Longest a run may take before TaskTimeout is raised in it; None takes the alias's `task_timeout`.
@@ -131,6 +132,10 @@ class ThreadmillTask(Task):
     unique_for: timedelta | None = None
     #: Segments the first call counts in; by default ready, deferred and running.
     unique_segments: tuple[Segment, ...] = (Segment.READY, Segment.DEFERRED, Segment.RUNNING)
+    #: Most runs of this task leased at once across every worker (`threadmill.backends.limits`); None: no limit.
+    concurrency: int | None = None
+    #: Most runs of this task started per unit, "N/s", "N/m" or "N/h", across every worker; None: no limit.
+    rate: str | None = None
 
     def __post_init__(self) -> None:
         from django.tasks.exceptions import InvalidTask
@@ -140,7 +145,19 @@ class ThreadmillTask(Task):
         if self.timeout is not None:
             object.__setattr__(self, "timeout", _time_limit(self.timeout, InvalidTask))
         self._check_unique(InvalidTask)
+        self._check_limits(InvalidTask)
         super(ThreadmillTask, self).__post_init__()
+
+    def _check_limits(self, error: type[Exception]) -> None:
+        from .limits import LimitError, parse_concurrency, parse_rate
+
+        try:
+            if self.concurrency is not None:
+                object.__setattr__(self, "concurrency", parse_concurrency(self.concurrency))
+            if self.rate is not None:
+                object.__setattr__(self, "rate", str(parse_rate(self.rate)))
+        except LimitError as e:
+            raise error(f"{e}") from None
 
     def _check_unique(self, error: type[Exception]) -> None:
         from ..unique import unique_segments

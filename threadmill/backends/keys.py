@@ -153,6 +153,19 @@ class KeySchema:
         """List of a rate-limited queue's last lease times, newest first (server epoch seconds): its rate's tokens."""
         return f"{self.prefix}:{queue_name}:lease-times"
 
+    def task_limits(self) -> str:
+        """Hash of per-task limits: task path -> "concurrency|rate count|rate period s" (`@task(concurrency=, rate=)`)."""
+        return f"{self.prefix}:task-limits"
+
+    def limited_queues(self) -> str:
+        """Hash of queues that have held a task with a per-task limit: queue name -> "1" (acquire looks at paths there)."""
+        return f"{self.prefix}:limited-queues"
+
+    def task_limit_prefix(self) -> str:
+        """Prefix of a limited task path's keys: `<prefix><path>:running` (set of its leased task ids) and
+        `<prefix><path>:lease-times` (its rate's tokens, as a queue's)."""
+        return f"{self.prefix}:task-limit:"
+
     def queues(self) -> str:
         """Set of every queue name a task was ever enqueued on."""
         return f"{self.prefix}:queues"

@@ -1,4 +1,4 @@
-"""Per-queue concurrency and rate limits: parsing, and each partition's share.
+"""Per-queue and per-task concurrency and rate limits: parsing, and each partition's share.
 
 A queue's **concurrency** N: at most N of its tasks leased at once, counted by its running
 segment (a prefetched task not yet started counts). Its **rate** "N/unit" (unit s, m or h):
@@ -156,3 +156,17 @@ def overlay(setting: QueueLimit, runtime: QueueLimit) -> QueueLimit:
         setting.concurrency if runtime.concurrency is None else runtime.concurrency,
         setting.rate if runtime.rate is None else runtime.rate,
     )
+
+
+#: Most ready tasks acquire looks at past the head of a queue that holds tasks with a per-task limit:
+#: tasks whose limit is reached are left in place, and the ones behind them served (in acquire.lua).
+TASK_LIMIT_LOOK = 100
+
+
+def task_limit(task: object) -> tuple[str, str]:
+    """Return (task path, encoded limit) of a task with `concurrency=` or `rate=`, ("", "") for any other."""
+    concurrency, rate = getattr(task, "concurrency", None), getattr(task, "rate", None)
+    if concurrency is None and rate is None:
+        return ("", "")
+    limit = QueueLimit(concurrency, None if rate is None else parse_rate(rate))
+    return (task.module_path, encode(limit))  # type: ignore[attr-defined]

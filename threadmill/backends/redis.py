@@ -49,7 +49,7 @@ from .channel import TelemetrySubscription, publish
 from .cluster import ClusterScripts
 from .enqueue_retry import aretrying, retrying
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
-from .limits import UNLIMITED, Acquired, encode
+from .limits import UNLIMITED, Acquired, LimitError, QueueLimit, check_partitions, encode, parse_rate, task_limit
 from .options import parse_options
 from .partitions import by_partition
 from .replication import wait_for_replicas
@@ -228,6 +228,20 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     # -- enqueue and results ----------------------------------------------------------
 
+    def validate_task(self, task) -> None:
+        """Django's checks, and a per-task limit no smaller than the partition count (each enforces a share)."""
+        super().validate_task(task)
+        concurrency, rate = getattr(task, "concurrency", None), getattr(task, "rate", None)
+        if self.partition_count > 1 and (concurrency is not None or rate is not None):
+            from django.tasks.exceptions import InvalidTask
+
+            try:
+                check_partitions(
+                    QueueLimit(concurrency, None if rate is None else parse_rate(rate)), self.partition_count
+                )
+            except LimitError as e:
+                raise InvalidTask(f"Task {task.module_path}: {e}") from None
+
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
         if otel.tracer is not None and otel.is_set_up():
@@ -257,7 +271,11 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             await sync_to_async(self.check_layout)()
         scripts = self.scripts_for(prepared.partition or 0)
         keys, script_args = scripts.enqueue_call(
-            task.queue_name, [prepared.entry], int(prepared.now // 60), unique=[prepared.unique]
+            task.queue_name,
+            [prepared.entry],
+            int(prepared.now // 60),
+            unique=[prepared.unique],
+            task_limit=task_limit(task),
         )
         raw, retries = await aretrying(
             self.config.enqueue_retry, (prepared,), lambda: self.aio.run(scripts.enqueue_script, keys, script_args)
@@ -289,7 +307,12 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time(), partition, pinned=True)
         guard = (schedule.name, "" if tick is None else repr(tick.timestamp()), schedule.timing, str(int(first_offer)))
         reply = self.scripts.enqueue_many(
-            task.queue_name, [prepared.entry], int(prepared.now // 60), schedule=guard, unique=[prepared.unique]
+            task.queue_name,
+            [prepared.entry],
+            int(prepared.now // 60),
+            schedule=guard,
+            unique=[prepared.unique],
+            task_limit=task_limit(task),
         )
         if not reply.stored:
             return None
@@ -378,9 +401,12 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         scripts = self.scripts_for(partition or 0)
         unique = [p.unique for p in prepared] if getattr(task, "unique", False) else ()
         minute = int(prepared[0].now // 60)
+        limit = task_limit(task)
 
         def send() -> EnqueueReply:
-            reply = scripts.enqueue_many(task.queue_name, entries, minute, durable_within_s, unique=unique)
+            reply = scripts.enqueue_many(
+                task.queue_name, entries, minute, durable_within_s, unique=unique, task_limit=limit
+            )
             if self.config.wait_replicas:
                 # As WAITAOF's, the wait ends before the client would give the connection up as lost.
                 ids = [p.id for p in prepared]

@@ -24,6 +24,7 @@ from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnre
 from . import taskstats
 from .base import Segment
 from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
+from .limits import TASK_LIMIT_LOOK
 
 if TYPE_CHECKING:
     from ..unique import UniqueSpec
@@ -318,17 +319,19 @@ class RedisScripts:
         durable_within_s: float | None = None,
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
         unique: Sequence[UniqueSpec | None] = (),
+        task_limit: tuple[str, str] = ("", ""),
     ) -> EnqueueReply:
         """Store (task id, payload, segment, ready score, score) entries of one queue in one call.
 
         `schedule` is (name, tick or "" for run-now, cron and zone, "1" on a broker's first offer) for a
         scheduled run: nothing is stored when its guard refused it. `unique` gives each entry's
         uniqueness (None: not unique); a duplicate is not stored, and the reply names its holder.
+        `task_limit` is (task path, `limits.encode` of its limit) for a task with a per-task limit.
 
         With `durable_within_s`, return only once they are in the append-only file; raises
         DurableEnqueueError when the server cannot confirm that within the time.
         """
-        keys, args = self.enqueue_call(queue_name, entries, minute, schedule, unique)
+        keys, args = self.enqueue_call(queue_name, entries, minute, schedule, unique, task_limit)
         if durable_within_s is None:
             return EnqueueReply.read(self._run(self._enqueue, keys=keys, args=args))
         stored, synced = self._run_durably(self._enqueue, keys=keys, args=args, wait_s=durable_within_s)
@@ -347,6 +350,7 @@ class RedisScripts:
         minute: int,
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
         unique: Sequence[UniqueSpec | None] = (),
+        task_limit: tuple[str, str] = ("", ""),
     ) -> tuple[list[str], list[Any]]:
         """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
         k = self.keys
@@ -365,7 +369,8 @@ class RedisScripts:
         for i, spec in held:
             keys.append(k.unique(spec.digest))
             args += [i, spec.hold_ms, spec.segments]
-        args.append(len(held))
+        keys += [k.task_limits(), k.limited_queues()]
+        args += [*task_limit, len(held)]
         return keys, args
 
     @property
@@ -391,8 +396,9 @@ class RedisScripts:
         keys += [k.wake(q) for q in queue_names]
         keys += [k.paused(), k.limits(), k.throttled()]
         keys += [k.lease_times(q) for q in queue_names]
+        keys += [k.limited_queues(), k.task_limits(), k.task_limit_prefix()]
         args = [len(queue_names), count, worker, lease_ttl, token_base, *queue_names]
-        args += [*(limits or ["||"] * len(queue_names)), k.partition, partitions]
+        args += [*(limits or ["||"] * len(queue_names)), k.partition, partitions, TASK_LIMIT_LOOK]
         return self._run(self._acquire, keys=keys, args=args)
 
     @translate_errors

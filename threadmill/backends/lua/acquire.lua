@@ -11,6 +11,11 @@
 -- KEYS[3n+4]    (hash)   queues held back at their concurrency limit with tasks ready (acknowledge wakes
 --               an idle worker for them when it frees a slot, and clears the flag)
 -- KEYS[3n+4+q]  (list)   queue q's last lease times, newest first: its rate's tokens (limits.py)
+-- KEYS[4n+5]    (hash)   queues that have held a task with a per-task limit (enqueue marks them)
+-- KEYS[4n+6]    (hash)   per-task limits: task path -> "concurrency|rate count|rate period s"
+-- KEYS[4n+7]    (prefix) a limited path's keys: prefix .. path .. ':running' (set of the ids leased under its
+--               concurrency; a member whose hash is no longer running is dropped when the limit binds) and
+--               prefix .. path .. ':lease-times' (its rate's tokens, as a queue's)
 -- ARGV[1] (number) n, the number of queues
 -- ARGV[2] (number) count, the most tasks to lease
 -- ARGV[3] (string) worker holding the lease
@@ -20,10 +25,14 @@
 -- ARGV[6+n..5+2n] (string) each queue's limits from the settings, "concurrency|rate count|rate period s"
 -- ARGV[6+2n] (number) this partition's index p; ARGV[7+2n] (number) the partition count P: a limit N
 --               allows this partition N // P, plus 1 when p < N % P
+-- ARGV[8+2n] (number) how many ready tasks to look at past the head of a marked queue (TASK_LIMIT_LOOK)
 -- A queue's concurrency counts its running segment (every lease); its rate admits at most N leases in
 -- any window of one period, by the lease times kept (at most N: a bucket of N tokens, each coming back
 -- one period after it was spent). A limited queue leases at most its room, so it never starves the
 -- other queues of the call.
+-- A queue marked in KEYS[4n+5] is read with a look instead of a pop: its first ARGV[8+2n] ready tasks in
+-- order, each task hash's `limit_path` read with its payload, a task whose path is at its limit left in
+-- place and the ones behind it leased. Unmarked queues pay one HMGET for the marks, nothing else.
 -- The running segments are written once per queue a call (one ZADD of every lease), not once
 -- per task: each command a script runs costs the server bridging on top of its own work.
 -- A suspect (a task that was in a lost worker's lease: its hash has `worker_losses`) is leased
@@ -50,9 +59,9 @@ local held = ''
 local deadline_text = string.format('%.6f', deadline)
 local running = {}  -- queue index -> {deadline, id, deadline, id, ...}
 
-local function lease(id, q)
+local function lease(id, q, fields)
   local key = prefix .. id
-  local fields = redis.call('HMGET', key, 'data', 'started_at', 'worker_losses')
+  fields = fields or redis.call('HMGET', key, 'data', 'started_at', 'worker_losses')
   if not fields[1] then
     return
   end
@@ -160,6 +169,161 @@ local function full(q)
   return room[q] ~= nil and (taken[q] or 0) >= room[q]
 end
 
+-- Per-task limits, read for the paths this call meets: paths[path] = {limit, count, running key, checked,
+-- rate = {tokens, period}, left, spent, times key}. A path's running set may hold ids that stopped running
+-- (acknowledge and recovery do not touch it): they are dropped the first time the limit binds in a call,
+-- so the count it decides on is exact and costs one read per member only then.
+local marked = redis.call('HMGET', KEYS[4 * n + 5], unpack(ARGV, 6, 5 + n))
+local task_limit_prefix = KEYS[4 * n + 7]
+local look_limit = tonumber(ARGV[8 + 2 * n]) or 100
+local paths = {}
+local path_held = {}  -- queue index -> true: a per-task concurrency limit left some of its ready tasks
+local path_rate_held = false
+
+local function path_limit(path)
+  local state = paths[path]
+  if state then
+    return state
+  end
+  state = {spent = 0}
+  paths[path] = state
+  local spec = redis.call('HGET', KEYS[4 * n + 6], path)
+  if not spec then
+    return state
+  end
+  local c, r, p = string.match(spec, '^([^|]*)|([^|]*)|([^|]*)$')
+  if c and c ~= '' then
+    state.limit = share(tonumber(c))
+    state.leased = {}
+    state.running = task_limit_prefix .. path .. ':running'
+    state.count = redis.call('SCARD', state.running)
+  end
+  if r and r ~= '' then
+    local tokens, period = share(tonumber(r)), tonumber(p)
+    state.rate = {tokens, period}
+    state.times = task_limit_prefix .. path .. ':lease-times'
+    state.left = tokens - live_times(state.times, now - period)
+  end
+  return state
+end
+
+local function recount(state)
+  state.checked = true
+  local live, mine = 0, {}
+  for _, id in ipairs(state.leased) do
+    mine[id] = true
+  end
+  for _, id in ipairs(redis.call('SMEMBERS', state.running)) do
+    if mine[id] then
+      -- A recovered task this call leased again: counted once, below.
+    elseif redis.call('HGET', prefix .. id, 'segment') == 'running' then
+      live = live + 1
+    else
+      redis.call('SREM', state.running, id)
+    end
+  end
+  state.count = live + #state.leased  -- this call's leases join the set at its end
+end
+
+local function path_admits(path, q)
+  local state = path_limit(path)
+  if state.limit and state.count >= state.limit and not state.checked then
+    recount(state)
+  end
+  if state.limit and state.count >= state.limit then
+    path_held[q] = true
+    return false
+  end
+  if state.rate and state.spent >= state.left then
+    state.rate_held = true
+    path_rate_held = true
+    return false
+  end
+  return true
+end
+
+local function path_took(path, id)
+  local state = paths[path]
+  if state.limit then
+    state.leased[#state.leased + 1] = id
+    state.count = state.count + 1
+  end
+  if state.rate then
+    state.spent = state.spent + 1
+  end
+end
+
+-- looks[q] = {ids, at, taken}: a marked queue's first ready tasks, read once a call.
+local looks = {}
+
+-- Lease the next task of marked queue q its path admits; false when the look has none left.
+local function lease_looking(q)
+  local look = looks[q]
+  if not look then
+    look = {ids = redis.call('ZRANGE', KEYS[q], 0, look_limit - 1), at = 0, taken = {}}
+    looks[q] = look
+  end
+  while look.at < #look.ids do
+    look.at = look.at + 1
+    local id = look.ids[look.at]
+    local fields = redis.call('HMGET', prefix .. id, 'data', 'started_at', 'worker_losses', 'limit_path')
+    local path = fields[4]
+    if not fields[1] then
+      look.taken[#look.taken + 1] = id  -- no hash: dropped, as a pop would
+    elseif not path or path_admits(path, q) then
+      look.taken[#look.taken + 1] = id
+      lease(id, q, fields)
+      if path then
+        path_took(path, id)
+      end
+      return true
+    end
+  end
+  return false
+end
+
+-- After leasing: take the leased ids out of the marked queues, spend the paths' rate tokens; returns the
+-- seconds until the first token of a rate-held path comes back, or nil.
+local function record_task_limits()
+  for q, look in pairs(looks) do
+    for first = 1, #look.taken, CHUNK do
+      redis.call('ZREM', KEYS[q], unpack(look.taken, first, math.min(first + CHUNK - 1, #look.taken)))
+    end
+    if path_held[q] then
+      redis.call('HSET', KEYS[3 * n + 4], ARGV[5 + q], '1')
+    end
+  end
+  local wait = nil
+  for _, state in pairs(paths) do
+    local leased = state.leased
+    if leased and #leased > 0 then
+      for first = 1, #leased, CHUNK do
+        redis.call('SADD', state.running, unpack(leased, first, math.min(first + CHUNK - 1, #leased)))
+      end
+    end
+    local rate = state.rate
+    if rate and state.spent > 0 then
+      local times = {}
+      for i = 1, state.spent do
+        times[i] = now_text
+      end
+      for first = 1, #times, CHUNK do
+        redis.call('LPUSH', state.times, unpack(times, first, math.min(first + CHUNK - 1, #times)))
+      end
+      redis.call('LTRIM', state.times, 0, rate[1] - 1)
+      redis.call('PEXPIRE', state.times, math.ceil(rate[2] * 1000))
+    end
+    if state.rate_held and redis.call('LLEN', state.times) >= rate[1] then
+      local oldest = tonumber(redis.call('LINDEX', state.times, rate[1] - 1))
+      local next_in = math.max(0.001, oldest + rate[2] - now)
+      if not wait or next_in < wait then
+        wait = next_in
+      end
+    end
+  end
+  return wait
+end
+
 -- After leasing: note each limited queue that still has ready tasks it may not lease, spend its rate tokens.
 local function record_limits()
   local wait = nil
@@ -190,6 +354,12 @@ local function record_limits()
       end
     end
   end
+  local path_wait = record_task_limits()
+  if path_wait and (not wait or wait < 0 or path_wait < wait) then
+    wait = path_wait
+  elseif not wait and next(path_held) then
+    wait = -1
+  end
   held = wait and (wait < 0 and '-1' or string.format('%.3f', wait)) or ''
 end
 
@@ -210,13 +380,22 @@ if n == 1 then
     return out
   end
   local want = room[1] and math.min(count, room[1]) or count
-  local popped = want > 0 and redis.call('ZPOPMIN', KEYS[1], want) or {}
-  for i = 1, #popped, 2 do
-    lease(popped[i], 1)
+  local got
+  if marked[1] then
+    got = 0
+    while got < want and lease_looking(1) do
+      got = got + 1
+    end
+  else
+    local popped = want > 0 and redis.call('ZPOPMIN', KEYS[1], want) or {}
+    for i = 1, #popped, 2 do
+      lease(popped[i], 1)
+    end
+    got = #popped / 2
   end
   record_leases()
   record_limits()
-  if #popped == 2 * count then
+  if got == count then
     pass_the_token_on()
   end
   out[#out + 1] = held
@@ -234,12 +413,19 @@ end
 while leased < count and remaining > 0 do
   for q = 1, n do
     if live[q] and leased < count then
-      local popped = redis.call('ZPOPMIN', KEYS[q], 1)
+      local popped
+      if marked[q] then
+        popped = lease_looking(q) and {true} or {}
+      else
+        popped = redis.call('ZPOPMIN', KEYS[q], 1)
+      end
       if #popped == 0 then
         live[q] = false
         remaining = remaining - 1
       else
-        lease(popped[1], q)
+        if not marked[q] then
+          lease(popped[1], q)
+        end
         if full(q) then
           live[q] = false
           remaining = remaining - 1

@@ -35,13 +35,20 @@
 -- ARGV[6+5n+3j] (number) unique entry j: its task's index i (a task has at most one entry)
 -- ARGV[7+5n+3j] (number) unique entry j: milliseconds its key holds at most, 0 while its holder counts
 -- ARGV[8+5n+3j] (string) unique entry j: the segments its holder counts in, comma-separated
+-- ARGV[#ARGV-2] (string) the task path of a task with a per-task limit (`@task(concurrency=, rate=)`),
+--               "" for any other: each task stored gets it in field `limit_path`, and the path's limit and
+--               the queue are recorded for acquire
+-- ARGV[#ARGV-1] (string) that path's limit, "concurrency|rate count|rate period s"
 -- ARGV[#ARGV]  (number) u, the number of unique entries (0 for a call without unique tasks)
+-- KEYS[#KEYS-1] (hash)  per-task limits: task path -> its limit
+-- KEYS[#KEYS]   (hash)  queues that have held a task with a per-task limit: queue name -> "1"
 -- Returns: the number of tasks stored now (0 when a schedule's guard refused the run; fewer than
 --          given means the rest were already stored or duplicates); with u > 0, {stored, i, holder
 --          id, ...}: each task i not stored as a duplicate, and who holds its key (its own id when a
 --          retried call's first attempt stored it)
 local u = tonumber(ARGV[#ARGV])
-local n = (#ARGV - 9 - 3 * u) / 5
+local n = (#ARGV - 11 - 3 * u) / 5
+local limit_path = ARGV[#ARGV - 2]
 local schedule, tick, timing = ARGV[4], ARGV[5], ARGV[6]
 if schedule ~= '' then
   if tick ~= '' then
@@ -76,8 +83,13 @@ for i = 1, n do
   -- A duplicate, or already stored (enqueue_retry): skipped whole.
   if not duplicate[i] and redis.call('EXISTS', KEYS[2 * i + 4]) == 0 then
     stored = stored + 1
-    redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
-      'score', ARGV[a + 3])
+    if limit_path == '' then
+      redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
+        'score', ARGV[a + 3])
+    else
+      redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],
+        'score', ARGV[a + 3], 'limit_path', limit_path)
+    end
     redis.call('ZADD', KEYS[2 * i + 5], ARGV[a + 4], ARGV[a])
     ready = ready or ARGV[a + 2] == 'ready'
   end
@@ -86,6 +98,10 @@ if u > 0 then
   unique.store(stored)
 end
 redis.call('SADD', KEYS[1], ARGV[1])
+if limit_path ~= '' and stored > 0 then
+  redis.call('HSET', KEYS[#KEYS - 1], limit_path, ARGV[#ARGV - 1])
+  redis.call('HSET', KEYS[#KEYS], ARGV[1], '1')
+end
 -- Written even when nothing was stored (INCRBY 0 is a write): WAITAOF and WAIT after a retry
 -- then wait for an offset past the first attempt's write, on the retry's own connection.
 if redis.call('INCRBY', KEYS[2], stored) == stored then

@@ -14,7 +14,7 @@ from __future__ import annotations
 from .actions import CANCEL_ROUNDS, DELETE_ROUNDS, REQUEUE_ROUNDS, ActionTooling, CancelOutcome
 from .controls import WORKER_COMMANDS, ControlTooling, LimitState
 from .history import HISTORY_MINUTES, HistoryTooling
-from .metrics import MetricsTooling
+from .metrics import MetricsTooling, TaskLimitState, TaskLimitTooling
 from .queues import NEWEST_FIRST, QueueTooling
 from .schedules import ScheduleTooling
 from .workers import WorkerTooling
@@ -35,6 +35,8 @@ __all__ = [
     "QueueTooling",
     "RedisTooling",
     "ScheduleTooling",
+    "TaskLimitState",
+    "TaskLimitTooling",
     "WorkerTooling",
 ]
 
@@ -47,5 +49,6 @@ class RedisTooling(
     ScheduleTooling,
     HistoryTooling,
     MetricsTooling,
+    TaskLimitTooling,
 ):
     """Every tooling call of the backend: paging, acting on tasks, worker heartbeats, controls, limits, schedules, counts."""

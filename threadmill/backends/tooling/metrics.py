@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..base import Segment
 from ..keys import PRIORITY_BAND
+from ..limits import QueueLimit, decode, share
 from ..scripts import translate_errors
 from ..taskstats import PathStats, parse_hash
 from .host import ToolingHost
@@ -137,3 +139,71 @@ class MetricsTooling(ToolingHost):
 def _named(field: bytes | str, path: str) -> bool:
     name = field.decode() if isinstance(field, bytes) else field
     return name.startswith(path + "|")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLimitState:
+    """A task path's per-task limit (`@task(concurrency=, rate=)`), its runs leased now and its next rate token.
+
+    `next_token_s` is None while the rate has a token left in some partition (or there is no rate).
+    """
+
+    path: str
+    limit: QueueLimit
+    running: int
+    next_token_s: float | None
+
+    @property
+    def at_concurrency(self) -> bool:
+        return self.limit.concurrency is not None and self.running >= self.limit.concurrency
+
+
+class TaskLimitTooling(ToolingHost):
+    """Reading the per-task limits the enqueues recorded, and what runs against them."""
+
+    @translate_errors
+    def task_limits(self) -> dict[str, TaskLimitState]:
+        """Return each task path with a per-task limit: two pipelines a partition that has any.
+
+        A path's running count is the ids in its set whose task is still running (the set is
+        trimmed only when the limit binds, so it may hold finished ones).
+        """
+        found: dict[str, list] = {}
+        partitions = self.covered_partitions()
+        for partition in partitions:
+            keys = self.keys_for(partition)
+            client = self.client_for(keys.task_limits())
+            specs = {path.decode(): decode(spec) for path, spec in client.hgetall(keys.task_limits()).items()}
+            if not specs:
+                continue
+            pipe = client.pipeline(transaction=False)
+            pipe.time()
+            for path, limit in specs.items():
+                pipe.smembers(f"{keys.task_limit_prefix()}{path}:running")
+                times = f"{keys.task_limit_prefix()}{path}:lease-times"
+                tokens = 1 if limit.rate is None else share(limit.rate.count, partition, len(partitions))
+                pipe.llen(times)
+                pipe.lindex(times, tokens - 1)
+            reply = pipe.execute()
+            seconds, micros = reply[0]
+            now = int(seconds) + int(micros) / 1e6
+            members = [sorted(reply[1 + 3 * i]) for i in range(len(specs))]
+            check = client.pipeline(transaction=False)
+            for member in (m for ids in members for m in ids):
+                check.hget(keys.task(member.decode()), "segment")
+            segments = iter(check.execute() if any(members) else [])
+            for i, (path, limit) in enumerate(specs.items()):
+                running = sum(1 for _ in members[i] if next(segments) == b"running")
+                wait = None
+                if limit.rate is not None:
+                    tokens = share(limit.rate.count, partition, len(partitions))
+                    length, oldest = reply[2 + 3 * i], reply[3 + 3 * i]
+                    if length >= tokens and oldest is not None:
+                        wait = max(0.0, float(oldest) + limit.rate.period_s - now) or None
+                found.setdefault(path, [limit, 0, []])
+                found[path][1] += running
+                found[path][2].append(wait)
+        return {
+            path: TaskLimitState(path, limit, running, None if None in waits else min(waits))
+            for path, (limit, running, waits) in sorted(found.items())
+        }
