@@ -213,14 +213,18 @@ local function recount(state)
   for _, id in ipairs(state.leased) do
     mine[id] = true
   end
+  local gone = {}
   for _, id in ipairs(redis.call('SMEMBERS', state.running)) do
     if mine[id] then
       -- A recovered task this call leased again: counted once, below.
     elseif redis.call('HGET', prefix .. id, 'segment') == 'running' then
       live = live + 1
     else
-      redis.call('SREM', state.running, id)
+      gone[#gone + 1] = id
     end
+  end
+  for first = 1, #gone, CHUNK do
+    redis.call('SREM', state.running, unpack(gone, first, math.min(first + CHUNK - 1, #gone)))
   end
   state.count = live + #state.leased  -- this call's leases join the set at its end
 end
