@@ -257,17 +257,34 @@ local function path_took(path, id)
   end
 end
 
--- looks[q] = {ids, at, taken}: a marked queue's first ready tasks, read once a call.
+-- looks[q] = {ids, at, taken, fetched, done}: the ready tasks of marked queue q read so far this call, in
+-- pages of the call's count (at least 16), up to look_limit. Ranks stay put: the leased ids leave the
+-- ready segment only at the end of the call.
 local looks = {}
 
 -- Lease the next task of marked queue q its path admits; false when the look has none left.
 local function lease_looking(q)
   local look = looks[q]
   if not look then
-    look = {ids = redis.call('ZRANGE', KEYS[q], 0, look_limit - 1), at = 0, taken = {}}
+    look = {ids = {}, at = 0, taken = {}, fetched = 0, done = false}
     looks[q] = look
   end
-  while look.at < #look.ids do
+  while true do
+    if look.at >= #look.ids then
+      if look.done or look.fetched >= look_limit then
+        return false
+      end
+      local size = math.min(look_limit - look.fetched, math.max(count, 16))
+      local page = redis.call('ZRANGE', KEYS[q], look.fetched, look.fetched + size - 1)
+      look.fetched = look.fetched + #page
+      look.done = #page < size
+      for _, id in ipairs(page) do
+        look.ids[#look.ids + 1] = id
+      end
+      if #page == 0 then
+        return false
+      end
+    end
     look.at = look.at + 1
     local id = look.ids[look.at]
     local fields = redis.call('HMGET', prefix .. id, 'data', 'started_at', 'worker_losses', 'limit_path')
@@ -283,7 +300,6 @@ local function lease_looking(q)
       return true
     end
   end
-  return false
 end
 
 -- After leasing: take the leased ids out of the marked queues, spend the paths' rate tokens; returns the
