@@ -115,15 +115,22 @@ def test_a_killed_worker_s_slots_are_freed_when_its_leases_are_recovered_not_at_
     )
 
 
+@pytest.mark.parametrize("limit", ["queue", "task"])
 def test_an_idle_worker_waiting_on_a_held_back_queue_wakes_when_an_acknowledgement_frees_the_slot(
-    tally: Tally, fault_server, start_pool
+    tally: Tally, fault_server, start_pool, limit
 ):
     backend = tally.backend
-    backend.set_limit("default", concurrency=1, by="test")
+    if limit == "queue":
+        backend.set_limit("default", concurrency=1, by="test")
+        task, slots = tasks.count_concurrent, 1
+    else:
+        task, slots = tasks.count_concurrent_three_at_a_time, 3  # @task(concurrency=3)
     holder = "test:1:holder"
-    [held_id] = tally.enqueue(1, task=tasks.count_concurrent)
-    [held] = backend.acquire("default", count=1, worker=holder)
-    [waiting] = tally.enqueue(1, task=tasks.count_concurrent)
+    held_ids = tally.enqueue(slots, task=task)
+    leased = backend.acquire("default", count=slots, worker=holder)
+    assert {r.id for r in leased} == set(held_ids)
+    held, held_id = leased[0], leased[0].id
+    [waiting] = tally.enqueue(1, task=task)
     pool = start_pool(fault_server, "-w", "1", "-t", "1")
 
     def waits_on_the_server() -> bool:
@@ -177,28 +184,3 @@ def test_a_task_s_rate_of_20_a_second_admits_at_most_20_of_its_leases_in_any_sec
     assert most <= 20, f"{most} leases in one second, the task's rate 20/s"
     assert times[-1] - times[0] >= 3.9, f"100 leases in {times[-1] - times[0]:.2f} s at 20/s"
     print(f"100 tasks at the task's 20/s in {times[-1] - times[0]:.2f} s; most in any second: {most}")
-
-
-def test_an_idle_worker_waiting_on_a_held_task_wakes_when_an_acknowledgement_frees_its_slot(
-    tally: Tally, fault_server, start_pool
-):
-    backend = tally.backend
-    holder = "test:1:holder"
-    held_ids = tally.enqueue(3, task=tasks.count_concurrent_three_at_a_time)
-    held = backend.acquire("default", count=3, worker=holder)
-    assert {r.id for r in held} == set(held_ids)
-    [waiting] = tally.enqueue(1, task=tasks.count_concurrent_three_at_a_time)
-    pool = start_pool(fault_server, "-w", "1", "-t", "1")
-
-    def waits_on_the_server() -> bool:
-        backend.heartbeat(holder, {"type": "worker", "worker": holder, "queues": ["default"]})  # not recovered
-        return pool.alive() and any("b" in c["flags"] for c in backend.client.client_list())
-
-    wait_for(waits_on_the_server, lambda: "the pool's worker waits on the wake lists", 30)
-    assert not tally.started(), "the task's limit let a fourth run start"
-    mark_successful(held[0], datetime.now(UTC))
-    assert backend.acknowledge(held[0])
-    acknowledged_at = time.monotonic()
-
-    wait_for(lambda: tally.started()[waiting], lambda: f"the waiting task starts ({tally.summary()})", 2.5)
-    print(f"the held task started {time.monotonic() - acknowledged_at:.2f} s after its slot freed")
