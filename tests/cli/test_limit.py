@@ -90,3 +90,24 @@ def test_a_queue_out_of_rate_tokens_says_when_the_next_one_comes():
 
     assert code == 0 and _queue(status, "default")["throttled"] is True
     assert re.search(r"rate limited, next in 35\d\d\.\d s", threadmill("status").stdout)
+
+
+def test_a_queue_whose_tasks_a_per_task_limit_holds_says_which_and_is_not_stuck():
+    backend = task_backends["default"]
+    for i in range(5):
+        tasks.three_at_a_time.enqueue(i)
+    while backend.acquire("default", count=5, worker="box:42:qmzkfhre"):
+        pass
+    _serve()
+
+    code, status = _status()
+
+    assert code == 0
+    default = _queue(status, "default")
+    assert (default["throttled"], default["held_by_task_limits"], default["unserved"]) == (
+        True,
+        ["tests.tasks.three_at_a_time"],
+        False,
+    )
+    assert "held by per-task limits: tests.tasks.three_at_a_time (3/3 running)" in threadmill("status").stdout
+    assert _queue(status, "emails")["held_by_task_limits"] == []

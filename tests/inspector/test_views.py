@@ -380,3 +380,21 @@ def test_a_queue_its_limits_hold_back_says_so_and_is_not_stuck(backend, monkeypa
     assert rows["emails"].limits == ""
     page = operator_client.get("/threadmill/").content.decode()
     assert "Throttled: 1/1 running" in page and 'data-limits="1 at once, 100/m"' in page
+
+
+def test_a_queue_a_per_task_limit_holds_back_names_the_task_and_is_not_stuck(backend, monkeypatch):
+    from tests.tasks import three_at_a_time
+    from threadmill import api
+
+    monkeypatch.setattr(api.hub(), "warmed_up", lambda now: False)
+    name = "box:7:abcdefgh"
+    document = {"worker": name, "host": "box", "pid": 7, "queues": ["default"], "threads": 8, "busy": 3}
+    backend.client.set(backend.keys.worker(name), json.dumps(document))
+    heartbeat(backend, name)
+    for i in range(4):
+        three_at_a_time.enqueue(i)
+    assert len(backend.acquire("default", count=4, worker=name)) == 3  # the task's limit holds one back
+
+    rows = {s.queue_name: s for s in api.overview()}
+    assert rows["default"].status == "Held by per-task limits: tests.tasks.three_at_a_time (3/3 running)."
+    assert rows["default"].status_level == "ok"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
 
@@ -26,6 +27,7 @@ from ..backends.limits import QueueLimit
 from ..backends.merge import Cursor, KeysetPage
 from ..backends.tooling.actions import CancelOutcome
 from ..backends.tooling.controls import LimitState
+from ..backends.tooling.metrics import TaskLimitState
 from ..identity import WorkerName
 from . import controls, history, metrics, schedules
 from .actions import (
@@ -174,13 +176,16 @@ def overview(now: float | None = None) -> list[QueueSummary]:
         oldest = backend.oldest_ready_enqueued_at(list(stats))
         paused = backend.paused_queues()
         limits = backend.queue_limits(list(stats))
+        holding = backend.holding_task_limits()
         for queue_name, counts in stats.items():
             flow = backend.throughput(queue_name, minutes=SPARKLINE_MINUTES, now=now)
             latency = None if oldest[queue_name] is None else max(0.0, now - oldest[queue_name].timestamp())
             overdue = bool(counts[Segment.RUNNING]) and lease_overdue(alias, queue_name, now)
             pause = paused.get(queue_name)
             limit = limits.get(queue_name)
-            status, level = queue_status(alias, queue_name, counts, workers, now, overdue, pause, limit)
+            status, level = queue_status(
+                alias, queue_name, counts, workers, now, overdue, pause, limit, holding.get(queue_name, ())
+            )
             ingress, egress, elapsed = flow["ingress"], flow["egress"], (now % 60) / 60
             out.append(
                 QueueSummary(
@@ -225,10 +230,12 @@ def queue_status(
     overdue: bool = False,
     paused: PausedQueue | None = None,
     limit: LimitState | None = None,
+    holding: Sequence[TaskLimitState] = (),
 ) -> tuple[str, str]:
     """Answer "why is nothing running?" for one queue: a sentence and a level (ok, warn, bad).
 
-    A queue its limits hold back is not stuck: it says so, at the ok level.
+    A queue its limits hold back is not stuck: it says so, at the ok level. So does one with
+    ready tasks and idle threads while per-task limits it has carried (`holding`) are reached.
     """
     if paused is not None:
         since = paused.since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -246,6 +253,8 @@ def queue_status(
         return f"Rate limited ({limit.limit.rate}): the next start in {limit.next_token_s:.1f} s.", "ok"
     if ready and all(w.threads and w.busy >= w.threads for w in serving):
         return f"All {sum(w.threads for w in serving)} threads are busy.", "warn"
+    if ready and holding:
+        return f"Held by per-task limits: {', '.join(s.holding_text() for s in holding)}.", "ok"
     return f"{len(serving)} live worker{'s' if len(serving) != 1 else ''}.", "ok"
 
 

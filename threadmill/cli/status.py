@@ -47,6 +47,7 @@ def collect(backend, now: float) -> dict[str, Any]:
     workers = backend.live_workers()
     totals = backend.totals()
     limits = backend.queue_limits(list(stats))
+    holding = backend.holding_task_limits()
     queues = []
     for name, counts in stats.items():
         serving = [w["worker"] for w in workers if name in w.get("queues", ())]
@@ -61,16 +62,19 @@ def collect(backend, now: float) -> dict[str, Any]:
                 "unserved": bool(counts[Segment.READY]) and not serving and pause is None,
                 "totals": totals.get(name, {}),
                 "limits": limits[name].limit.as_json(),
-                "throttled": limits[name].throttled,
-                "throttle": _throttle(limits[name]),
+                "throttled": limits[name].throttled or bool(counts[Segment.READY] and holding.get(name)),
+                "throttle": _throttle(limits[name], holding.get(name, []) if counts[Segment.READY] else []),
+                "held_by_task_limits": [s.path for s in holding.get(name, [])] if counts[Segment.READY] else [],
             }
         )
     return {"backend": backend.alias, "queues": queues, "workers": [_worker(w) for w in workers]}
 
 
-def _throttle(state) -> str | None:
-    """Return what holds a throttled queue back, in words; None when nothing does."""
+def _throttle(state, holding) -> str | None:
+    """Return what holds a throttled queue back, in words (its limits, else per-task ones); None when nothing does."""
     if not state.throttled:
+        if holding:
+            return "held by per-task limits: " + ", ".join(s.holding_text() for s in holding)
         return None
     if state.at_concurrency:
         return f"throttled: {state.running}/{state.limit.concurrency} running"

@@ -157,6 +157,12 @@ class TaskLimitState:
     def at_concurrency(self) -> bool:
         return self.limit.concurrency is not None and self.running >= self.limit.concurrency
 
+    def holding_text(self) -> str:
+        """What holds the path's tasks back, in words: "app.tasks.x (3/3 running)" or "(100/m, next in 0.4 s)"."""
+        if self.at_concurrency:
+            return f"{self.path} ({self.running}/{self.limit.concurrency} running)"
+        return f"{self.path} ({self.limit.rate}, next in {self.next_token_s or 0:.1f} s)"
+
 
 class TaskLimitTooling(ToolingHost):
     """Reading the per-task limits the enqueues recorded, and what runs against them."""
@@ -207,3 +213,19 @@ class TaskLimitTooling(ToolingHost):
             path: TaskLimitState(path, limit, running, None if None in waits else min(waits))
             for path, (limit, running, waits) in sorted(found.items())
         }
+
+    @translate_errors
+    def holding_task_limits(self) -> dict[str, list[TaskLimitState]]:
+        """Return, for each queue that has held a task with a per-task limit, the limited paths at their limit now.
+
+        A path's tasks may wait in any of the queues it was sent to: a queue is listed with every
+        path holding, not only its own (the stored data does not say which paths a queue holds).
+        """
+        holding = [s for s in self.task_limits().values() if s.at_concurrency or s.next_token_s is not None]
+        if not holding:
+            return {}
+        marked: set[str] = set()
+        for partition in self.covered_partitions():
+            keys = self.keys_for(partition)
+            marked.update(name.decode() for name in self.client_for(keys.limited_queues()).hkeys(keys.limited_queues()))
+        return {name: holding for name in sorted(marked)}
