@@ -23,13 +23,13 @@ from .harness import QUEUES
 
 #: What the producers enqueue, with each kind's share of the enqueue calls. `bulk` is one
 #: `enqueue_many` call of many fast tasks.
-KIND_WEIGHTS = {"fast": 35, "slow": 20, "flaky": 12, "doomed": 6, "deferred": 17, "bulk": 5}
+KIND_WEIGHTS = {"fast": 35, "slow": 20, "flaky": 12, "doomed": 6, "deferred": 17, "bulk": 5, "limited": 8}
 #: Tasks per bulk call: a burst that fills the workers' buffers for a moment.
 BULK_SIZE = (10, 100)
 #: Most times the operator requeues one always-failing task.
 MAX_OPERATOR_REQUEUES = 2
 #: The tasks that must end SUCCESSFUL; the others (`doomed`) must end FAILED.
-SUCCEEDING_KINDS = frozenset({"fast", "slow", "flaky", "deferred", "bulk"})
+SUCCEEDING_KINDS = frozenset({"fast", "slow", "flaky", "deferred", "bulk", "limited"})
 
 
 @dataclass
@@ -113,6 +113,8 @@ class Producer(threading.Thread):
             task, kwargs = tasks.flaky, {"sleep_ms": rng.randint(0, 50), "failing_attempts": rng.randint(1, 2)}
         elif kind == "doomed":
             task, kwargs = tasks.doomed, {"sleep_ms": rng.randint(0, 50)}
+        elif kind == "limited":
+            task, kwargs = tasks.limited, {"sleep_ms": rng.randint(0, 50)}
         else:
             run_after = time.time() + rng.uniform(0.5, 8.0)
             using["run_after"] = datetime.fromtimestamp(run_after, UTC)

@@ -64,6 +64,17 @@ def steady(context, key: str, sleep_ms: int = 0) -> str:
 
 @task(
     takes_context=True,
+    retry=ExponentialBackoff(base_delay=0.05, max_delay=0.5, max_retries=10, expected_exceptions=FAULT_EXCEPTIONS),
+    concurrency=4,
+    rate="40/s",
+)
+def limited(context, key: str, sleep_ms: int = 0) -> str:
+    """`steady` under per-task limits: at most 4 at once and 40 a second across both pools."""
+    return _run(context, key, sleep_ms, fail=False)
+
+
+@task(
+    takes_context=True,
     retry=ExponentialBackoff(
         base_delay=0.1, max_delay=1.0, max_retries=10, expected_exceptions=(SOAK_FAILURE, *FAULT_EXCEPTIONS)
     ),
