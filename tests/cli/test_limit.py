@@ -55,16 +55,21 @@ def test_bad_limit_input_is_a_one_line_error_naming_the_problem(args, message):
     assert done.stderr.strip().splitlines() == [f"CommandError: {message}"]
 
 
-def test_a_queue_at_its_concurrency_limit_is_throttled_not_stuck():
+def _status_after_leasing(task) -> tuple[int, dict]:
+    """Enqueue five runs of `task`, lease all a live worker may, and return `status --json`'s exit code and output."""
     backend = task_backends["default"]
-    backend.set_limit("default", concurrency=3)
     for i in range(5):
-        tasks.echo.enqueue(i)
+        task.enqueue(i)
     while backend.acquire("default", count=5, worker="box:42:qmzkfhre"):
         pass
     _serve()
+    return _status()
 
-    code, status = _status()
+
+def test_a_queue_at_its_concurrency_limit_is_throttled_not_stuck():
+    task_backends["default"].set_limit("default", concurrency=3)
+
+    code, status = _status_after_leasing(tasks.echo)
 
     assert code == 0
     default = _queue(status, "default")
@@ -78,29 +83,16 @@ def test_a_queue_at_its_concurrency_limit_is_throttled_not_stuck():
 
 
 def test_a_queue_out_of_rate_tokens_says_when_the_next_one_comes():
-    backend = task_backends["default"]
-    backend.set_limit("default", rate=parse_rate("3/h"))
-    for i in range(5):
-        tasks.echo.enqueue(i)
-    while backend.acquire("default", count=5, worker="box:42:qmzkfhre"):
-        pass
-    _serve()
+    task_backends["default"].set_limit("default", rate=parse_rate("3/h"))
 
-    code, status = _status()
+    code, status = _status_after_leasing(tasks.echo)
 
     assert code == 0 and _queue(status, "default")["throttled"] is True
     assert re.search(r"rate limited, next in 35\d\d\.\d s", threadmill("status").stdout)
 
 
 def test_a_queue_whose_tasks_a_per_task_limit_holds_says_which_and_is_not_stuck():
-    backend = task_backends["default"]
-    for i in range(5):
-        tasks.three_at_a_time.enqueue(i)
-    while backend.acquire("default", count=5, worker="box:42:qmzkfhre"):
-        pass
-    _serve()
-
-    code, status = _status()
+    code, status = _status_after_leasing(tasks.three_at_a_time)
 
     assert code == 0
     default = _queue(status, "default")

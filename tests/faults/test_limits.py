@@ -62,14 +62,18 @@ def test_four_processes_of_four_threads_never_run_more_than_the_concurrency_limi
     print(f"{partitions} partition(s): peak running at once {_peak(tally)} of 16 threads, limit 3")
 
 
+@pytest.mark.parametrize("limit", ["queue", "task"])
 @pytest.mark.parametrize("partitions", [1, 3])
 def test_a_rate_of_20_a_second_admits_at_most_20_leases_in_any_second_and_exit_empty_waits_for_them(
-    counter, fault_server, start_pool, partitions
+    counter, fault_server, start_pool, partitions, limit
 ):
     # With 3 partitions the shares are 7, 7 and 6 a second.
     tally = Tally(fault_backend(fault_server, partitions=partitions), counter)
-    tally.backend.set_limit("default", rate=parse_rate("20/s"), by="test")
-    tally.enqueue(100, task=tasks.count_concurrent)
+    if limit == "queue":
+        tally.backend.set_limit("default", rate=parse_rate("20/s"), by="test")
+        tally.enqueue(100, task=tasks.count_concurrent)
+    else:
+        tally.enqueue(100, task=tasks.count_concurrent_twenty_a_second)  # @task(rate="20/s")
 
     pool = start_pool(fault_server, "-w", "4", "-t", "4", "--exit-empty", THREADMILL_TEST_PARTITIONS=str(partitions))
     assert pool.process.wait(60) == 0, pool.output[-3000:]
@@ -80,7 +84,9 @@ def test_a_rate_of_20_a_second_admits_at_most_20_leases_in_any_second_and_exit_e
     assert most <= 20, f"{most} leases in one second, rate 20/s"
     # The burst is 20 at once; the other 80 come one token at a time, so the drain takes 4 s at least.
     assert times[-1] - times[0] >= 3.9, f"100 leases in {times[-1] - times[0]:.2f} s at 20/s"
-    print(f"{partitions} partition(s): 100 tasks at 20/s in {times[-1] - times[0]:.2f} s; most in any second: {most}")
+    print(
+        f"{limit} limit, {partitions} partition(s): 100 tasks at 20/s in {times[-1] - times[0]:.2f} s; most in any second: {most}"
+    )
 
 
 @pytest.mark.parametrize("limit", ["queue", "task"])
@@ -169,18 +175,3 @@ def test_four_processes_of_four_threads_never_run_more_of_a_task_than_its_own_co
     last_plain, last_limited = max(finished_at[t] for t in plain), max(finished_at[t] for t in limited)
     assert last_plain < last_limited, "the plain tasks waited behind the held ones"
     print(f"{partitions} partition(s): peak running at once {_peak(tally)} of 16 threads, the task's limit 3")
-
-
-def test_a_task_s_rate_of_20_a_second_admits_at_most_20_of_its_leases_in_any_second(counter, fault_server, start_pool):
-    tally = Tally(fault_backend(fault_server), counter)
-    tally.enqueue(100, task=tasks.count_concurrent_twenty_a_second)
-
-    pool = start_pool(fault_server, "-w", "4", "-t", "4", "--exit-empty")
-    assert pool.process.wait(60) == 0, pool.output[-3000:]
-
-    tally.assert_each_ran_once()
-    times = _lease_times(tally)
-    most = _most_in_a_window(times, 1.0)
-    assert most <= 20, f"{most} leases in one second, the task's rate 20/s"
-    assert times[-1] - times[0] >= 3.9, f"100 leases in {times[-1] - times[0]:.2f} s at 20/s"
-    print(f"100 tasks at the task's 20/s in {times[-1] - times[0]:.2f} s; most in any second: {most}")
