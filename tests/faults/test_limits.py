@@ -43,14 +43,21 @@ def _most_in_a_window(times: list[float], window_s: float) -> int:
     return most
 
 
+@pytest.mark.parametrize("limit", ["queue", "task"])
 @pytest.mark.parametrize("partitions", [1, 3])
 def test_four_processes_of_four_threads_never_run_more_than_the_concurrency_limit_at_once(
-    counter, fault_server, start_pool, partitions
+    counter, fault_server, start_pool, partitions, limit
 ):
-    # With 3 partitions each holds a share of 1: the whole queue still runs at most 3 at once.
+    # With 3 partitions each holds a share of 1: the whole queue (or task) still runs at most 3 at once.
     tally = Tally(fault_backend(fault_server, partitions=partitions), counter)
-    tally.backend.set_limit("default", concurrency=3, by="test")
-    tally.enqueue(90, task=tasks.count_concurrent, sleep_ms=30)
+    plain = []
+    if limit == "queue":
+        tally.backend.set_limit("default", concurrency=3, by="test")
+        limited = tally.enqueue(90, task=tasks.count_concurrent, sleep_ms=30)
+    else:
+        # `@task(concurrency=3)`; plain tasks queued behind them run beside them, not after them.
+        limited = tally.enqueue(60, task=tasks.count_concurrent_three_at_a_time, sleep_ms=30)
+        plain = tally.enqueue(30, task=tasks.count_run)
 
     pool = start_pool(fault_server, "-w", "4", "-t", "4", THREADMILL_TEST_PARTITIONS=str(partitions))
     wait_for_drain(pool, tally, 60)
@@ -59,7 +66,11 @@ def test_four_processes_of_four_threads_never_run_more_than_the_concurrency_limi
     assert 1 <= _peak(tally) <= 3, f"peak running at once {_peak(tally)}, limit 3"
     if partitions == 1:
         assert _peak(tally) == 3, "the limit was never reached: the test proves nothing"
-    print(f"{partitions} partition(s): peak running at once {_peak(tally)} of 16 threads, limit 3")
+    if plain:
+        finished_at = {t: tally.backend.get_result(t).finished_at for t in limited + plain}
+        last_plain, last_limited = max(finished_at[t] for t in plain), max(finished_at[t] for t in limited)
+        assert last_plain < last_limited, "the plain tasks waited behind the held ones"
+    print(f"{limit} limit, {partitions} partition(s): peak running at once {_peak(tally)} of 16 threads, limit 3")
 
 
 @pytest.mark.parametrize("limit", ["queue", "task"])
@@ -153,25 +164,3 @@ def test_an_idle_worker_waiting_on_a_held_back_queue_wakes_when_an_acknowledgeme
     wait_for(lambda: tally.started()[waiting], lambda: f"the waiting task starts ({tally.summary()})", 2.5)
     print(f"the held-back task started {time.monotonic() - acknowledged_at:.2f} s after the slot freed")
     assert held_id not in tally.started()
-
-
-@pytest.mark.parametrize("partitions", [1, 3])
-def test_four_processes_of_four_threads_never_run_more_of_a_task_than_its_own_concurrency(
-    counter, fault_server, start_pool, partitions
-):
-    # `@task(concurrency=3)`; plain tasks queued behind them run beside them, not after them.
-    tally = Tally(fault_backend(fault_server, partitions=partitions), counter)
-    limited = tally.enqueue(60, task=tasks.count_concurrent_three_at_a_time, sleep_ms=30)
-    plain = tally.enqueue(30, task=tasks.count_run)
-
-    pool = start_pool(fault_server, "-w", "4", "-t", "4", THREADMILL_TEST_PARTITIONS=str(partitions))
-    wait_for_drain(pool, tally, 60)
-
-    tally.assert_each_ran_once()
-    assert 1 <= _peak(tally) <= 3, f"peak running at once {_peak(tally)}, the task's limit 3"
-    if partitions == 1:
-        assert _peak(tally) == 3, "the limit was never reached: the test proves nothing"
-    finished_at = {t: tally.backend.get_result(t).finished_at for t in limited + plain}
-    last_plain, last_limited = max(finished_at[t] for t in plain), max(finished_at[t] for t in limited)
-    assert last_plain < last_limited, "the plain tasks waited behind the held ones"
-    print(f"{partitions} partition(s): peak running at once {_peak(tally)} of 16 threads, the task's limit 3")
