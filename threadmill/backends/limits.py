@@ -15,6 +15,7 @@ never run its tasks).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: Seconds of each rate unit.
@@ -138,6 +139,21 @@ class Acquired(list):
             wait = float(text)
             if wait >= 0 and (self.next_token_s is None or wait < self.next_token_s):
                 self.next_token_s = wait
+
+
+def next_token_s(rate: Rate | None, lease_time: bytes | None, server_time: Sequence[bytes]) -> float | None:
+    """Seconds until a partition's next rate token comes back; None while it has one (or there is no rate).
+
+    `lease_time` is the partition's N-th newest lease time (N its share of the rate), None when it kept fewer;
+    `server_time` the server's TIME reply.
+    """
+    if rate is None or lease_time is None:
+        return None
+    now = int(server_time[0]) + int(server_time[1]) / 1e6
+    spent = float(lease_time)
+    if spent <= now - rate.period_s:
+        return None
+    return max(0.0, spent + rate.period_s - now)
 
 
 def decode(text: bytes | str | None) -> QueueLimit:

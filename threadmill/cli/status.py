@@ -52,6 +52,7 @@ def collect(backend, now: float) -> dict[str, Any]:
     for name, counts in stats.items():
         serving = [w["worker"] for w in workers if name in w.get("queues", ())]
         pause = paused.get(name)
+        held = holding.get(name, []) if counts[Segment.READY] else []
         queues.append(
             {
                 "queue": name,
@@ -62,9 +63,9 @@ def collect(backend, now: float) -> dict[str, Any]:
                 "unserved": bool(counts[Segment.READY]) and not serving and pause is None,
                 "totals": totals.get(name, {}),
                 "limits": limits[name].limit.as_json(),
-                "throttled": limits[name].throttled or bool(counts[Segment.READY] and holding.get(name)),
-                "throttle": _throttle(limits[name], holding.get(name, []) if counts[Segment.READY] else []),
-                "held_by_task_limits": [s.path for s in holding.get(name, [])] if counts[Segment.READY] else [],
+                "throttled": limits[name].throttled or bool(held),
+                "throttle": _throttle(limits[name], held),
+                "held_by_task_limits": [s.path for s in held],
             }
         )
     return {"backend": backend.alias, "queues": queues, "workers": [_worker(w) for w in workers]}

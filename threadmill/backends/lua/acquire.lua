@@ -175,7 +175,7 @@ end
 -- so the count it decides on is exact and costs one read per member only then.
 local marked = redis.call('HMGET', KEYS[4 * n + 5], unpack(ARGV, 6, 5 + n))
 local task_limit_prefix = KEYS[4 * n + 7]
-local look_limit = tonumber(ARGV[8 + 2 * n]) or 100
+local look_limit = tonumber(ARGV[8 + 2 * n])
 local paths = {}
 local path_held = {}  -- queue index -> true: a per-task concurrency limit left some of its ready tasks
 local path_rate_held = false
@@ -433,23 +433,19 @@ end
 while leased < count and remaining > 0 do
   for q = 1, n do
     if live[q] and leased < count then
-      local popped
+      local got
       if marked[q] then
-        popped = lease_looking(q) and {true} or {}
+        got = lease_looking(q)
       else
-        popped = redis.call('ZPOPMIN', KEYS[q], 1)
-      end
-      if #popped == 0 then
-        live[q] = false
-        remaining = remaining - 1
-      else
-        if not marked[q] then
+        local popped = redis.call('ZPOPMIN', KEYS[q], 1)
+        got = #popped > 0
+        if got then
           lease(popped[1], q)
         end
-        if full(q) then
-          live[q] = false
-          remaining = remaining - 1
-        end
+      end
+      if not got or full(q) then
+        live[q] = false
+        remaining = remaining - 1
       end
     end
   end

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..base import PausedQueue
-from ..limits import NO_LIMIT, LimitError, QueueLimit, Rate, check_partitions, decode, encode, overlay
+from ..limits import NO_LIMIT, LimitError, QueueLimit, Rate, check_partitions, decode, encode, next_token_s, overlay
 from ..scripts import translate_errors
 from .host import ToolingHost
 
@@ -135,7 +135,7 @@ class ControlTooling(ToolingHost):
             runtime = decode(rows[0][0])
             audit = json.loads(rows[0][1]) if rows[0][1] else None
             rate = overlay(setting, runtime).rate
-            waits = [_next_token_s(rate, row[4], reply[:2]) for reply, row in zip(replies, rows, strict=True)]
+            waits = [next_token_s(rate, row[4], reply[:2]) for reply, row in zip(replies, rows, strict=True)]
             out[name] = LimitState(
                 setting=setting,
                 runtime=runtime,
@@ -167,17 +167,3 @@ class ControlTooling(ToolingHost):
             return {}
         reply = self.scripts.take_control(workers)
         return {reply[i].decode(): json.loads(reply[i + 1])["command"] for i in range(0, len(reply), 2)}
-
-
-def _next_token_s(rate: Rate | None, lease_time: bytes | None, server_time: Sequence[bytes]) -> float | None:
-    """Seconds until a partition's next rate token comes back; None while it has one (or there is no rate).
-
-    `lease_time` is the partition's N-th newest lease time (N its share of the rate), None when it kept fewer.
-    """
-    if rate is None or lease_time is None:
-        return None
-    now = int(server_time[0]) + int(server_time[1]) / 1e6
-    spent = float(lease_time)
-    if spent <= now - rate.period_s:
-        return None
-    return max(0.0, spent + rate.period_s - now)

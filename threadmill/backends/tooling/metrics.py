@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from ..base import Segment
 from ..keys import PRIORITY_BAND
-from ..limits import QueueLimit, decode, share
+from ..limits import QueueLimit, decode, next_token_s, share
 from ..scripts import translate_errors
 from ..taskstats import PathStats, parse_hash
 from .host import ToolingHost
@@ -186,29 +186,20 @@ class TaskLimitTooling(ToolingHost):
             pipe.time()
             for path, limit in specs.items():
                 pipe.smembers(f"{keys.task_limit_prefix()}{path}:running")
-                times = f"{keys.task_limit_prefix()}{path}:lease-times"
+                # The N-th newest lease time (N this partition's share): None while fewer were kept.
                 tokens = 1 if limit.rate is None else share(limit.rate.count, partition, len(partitions))
-                pipe.llen(times)
-                pipe.lindex(times, tokens - 1)
+                pipe.lindex(f"{keys.task_limit_prefix()}{path}:lease-times", tokens - 1)
             reply = pipe.execute()
-            seconds, micros = reply[0]
-            now = int(seconds) + int(micros) / 1e6
-            members = [sorted(reply[1 + 3 * i]) for i in range(len(specs))]
+            members = [list(reply[1 + 2 * i]) for i in range(len(specs))]
             check = client.pipeline(transaction=False)
             for member in (m for ids in members for m in ids):
                 check.hget(keys.task(member.decode()), "segment")
             segments = iter(check.execute() if any(members) else [])
             for i, (path, limit) in enumerate(specs.items()):
                 running = sum(1 for _ in members[i] if next(segments) == b"running")
-                wait = None
-                if limit.rate is not None:
-                    tokens = share(limit.rate.count, partition, len(partitions))
-                    length, oldest = reply[2 + 3 * i], reply[3 + 3 * i]
-                    if length >= tokens and oldest is not None:
-                        wait = max(0.0, float(oldest) + limit.rate.period_s - now) or None
                 found.setdefault(path, [limit, 0, []])
                 found[path][1] += running
-                found[path][2].append(wait)
+                found[path][2].append(next_token_s(limit.rate, reply[2 + 2 * i], reply[0]))
         return {
             path: TaskLimitState(path, limit, running, None if None in waits else min(waits))
             for path, (limit, running, waits) in sorted(found.items())
