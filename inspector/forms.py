@@ -9,7 +9,7 @@ from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from threadmill import api
-from threadmill.backends.limits import LimitError, Rate, parse_concurrency, parse_rate
+from threadmill.limits import LimitError, Rate, parse_concurrency, parse_rate
 
 #: Most tasks one "requeue selected" or "delete selected" may name.
 MAX_SELECTION = 500

@@ -14,7 +14,7 @@ from django.utils.safestring import mark_safe
 from django_tables2.data import TableData
 
 from threadmill import api
-from threadmill.backends.base import json_preview
+from threadmill.base import json_preview
 from threadmill.progress import TaskProgress
 
 from .templatetags.inspector import duration, moment, progress_bar

@@ -13,7 +13,7 @@ from threadmill.retry import ExponentialBackoff, backoff_delay, policy_from_spec
 
 
 def _context(errors, attempts):
-    from threadmill.backends.base import ThreadmillTaskResult
+    from threadmill.base import ThreadmillTaskResult
 
     result = ThreadmillTaskResult(
         task=flaky, id="t", status="FAILED", enqueued_at=None, started_at=None, finished_at=None,

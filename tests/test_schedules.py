@@ -10,8 +10,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.base import Segment
 from threadmill.schedules import parse_schedules
 
 EVERY_MINUTE = {"task": "tests.tasks.echo", "cron": "* * * * *", "args": ["tick"]}

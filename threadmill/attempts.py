@@ -15,15 +15,12 @@ import functools
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.tasks import TaskResultStatus
 
+from .base import Attempt, ThreadmillTaskResult
 from .exceptions import TaskCancelled, TaskTimeout
 from .outcome import ended_by
-
-if TYPE_CHECKING:
-    from .backends.base import ThreadmillTaskResult
 
 #: Attempt records a task keeps, the newest; `lua/lib/attempts.lua` holds the same number.
 ATTEMPTS_KEPT = 20
@@ -35,25 +32,6 @@ _ENDED_BY: dict[type[BaseException] | None, str] = {TaskTimeout: "timed out", Ta
 
 # Built once: json.dumps with options builds an encoder a call, a cost on every acknowledgement.
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One attempt of a task: its worker, lease, run and outcome ("running" for the attempt going on)."""
-
-    worker: str
-    leased_at: datetime | None
-    started_at: datetime | None
-    ended_at: datetime | None
-    outcome: str
-    error: str = ""
-
-    @property
-    def duration(self) -> timedelta | None:
-        """How long the run took, None when its start or end is not known."""
-        if self.started_at is None or self.ended_at is None:
-            return None
-        return self.ended_at - self.started_at
 
 
 def _error_line(result: ThreadmillTaskResult) -> str:

@@ -17,7 +17,7 @@ from .exceptions import AcknowledgementTimeout, AttemptAbandoned, TaskCancelled,
 from .retry import next_retry_delay
 
 if TYPE_CHECKING:
-    from .backends.base import ThreadmillTaskResult
+    from .base import ThreadmillTaskResult
 
 #: Times in a row a task may lose its worker before the broker fails it instead: a task that
 #: keeps taking its worker down (a segfault, the OOM killer) must not do so forever.

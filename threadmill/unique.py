@@ -10,16 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from .backends.base import Segment
-
-#: Segments a unique task's holder counts in unless the task says otherwise.
-DEFAULT_UNIQUE_SEGMENTS = (Segment.READY, Segment.DEFERRED, Segment.RUNNING)
-#: Segments a task can be counted in (an unreadable payload is nobody's holder).
-COUNTABLE_SEGMENTS = frozenset(Segment) - {Segment.UNREADABLE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,19 +25,6 @@ class UniqueSpec:
     hold_ms: int
     #: Comma-separated segment names, as the scripts compare them.
     segments: str
-
-
-def unique_segments(value: Iterable[Segment | str], error: type[Exception]) -> tuple[Segment, ...]:
-    """Return `value` as segments, raising `error` naming an unknown or uncountable one."""
-    if isinstance(value, str):
-        value = (value,)
-    try:
-        segments = tuple(dict.fromkeys(Segment.parse(name) for name in value))
-    except (TypeError, ValueError) as e:
-        raise error(f"unique_segments must name segments of {sorted(COUNTABLE_SEGMENTS)}: {e}") from None
-    if not segments or not set(segments) <= COUNTABLE_SEGMENTS:
-        raise error(f"unique_segments must name one or more of {sorted(COUNTABLE_SEGMENTS)}, not {value!r}.")
-    return segments
 
 
 def key_string(task_path: str, key_function: Callable[[Any, Any], Any] | None, args: Any, kwargs: Any) -> str:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from threadmill.backends.base import return_value_of
+from threadmill.base import return_value_of
 
 from .inspector_tasks import human_seconds
 

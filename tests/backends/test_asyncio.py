@@ -15,8 +15,8 @@ from django.tasks.signals import task_enqueued
 from tests.servers import SERVER_NAMES, ServerUnderTest
 from tests.tasks import echo
 from threadmill.backends.aio import CONNECTIONS_PER_LOOP
-from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Segment
 
 
 async def test_aenqueue_stores_what_enqueue_stores(backend):

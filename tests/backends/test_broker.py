@@ -10,8 +10,8 @@ from django.tasks import TaskResultStatus
 from tests.backends.conftest import enqueue, same_server
 from tests.tasks import echo, explode, flaky
 from threadmill.backends import broker as broker_module
-from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.base import Segment
 
 RUNNING = "threadmill:{default}:default:running"
 

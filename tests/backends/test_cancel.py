@@ -11,8 +11,8 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 
 from tests.backends.conftest import enqueue, finish
 from tests.tasks import echo
-from threadmill.backends.base import Segment
 from threadmill.backends.tooling.actions import CancelOutcome
+from threadmill.base import Segment
 from threadmill.exceptions import UnreadableTaskError
 
 CANCELLED = "threadmill.exceptions.TaskCancelled"

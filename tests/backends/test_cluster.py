@@ -13,8 +13,8 @@ from redis.cluster import RedisCluster
 
 from tests.backends.conftest import finish
 from tests.tasks import echo
-from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Segment
 from threadmill.exceptions import ServerUnreachable
 
 #: A key of the alias's slot (every key of the alias carries its hash tag).

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from tests.tasks import echo
 from threadmill.backends import codec
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 
 def test_decoding_many_distinct_run_afters_keeps_the_task_cache_bounded():

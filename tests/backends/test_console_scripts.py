@@ -11,7 +11,7 @@ from tests.backends.conftest import enqueue
 from tests.servers import wait_until_settled
 from tests.tasks import add, echo, explode
 from threadmill.api.controls import LeaseCheck
-from threadmill.backends.base import Segment, UnreadableTask
+from threadmill.base import Segment, UnreadableTask
 from threadmill.outcome import error_of, mark_failed
 
 TASK = "threadmill:{default}:task:"

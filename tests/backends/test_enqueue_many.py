@@ -7,7 +7,7 @@ from django.tasks.signals import task_enqueued
 
 from tests.tasks import echo
 from threadmill.backends import redis as redis_backend
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 
 def _script_calls(raw) -> int:

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection, transaction
 
 from tests.tasks import echo
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

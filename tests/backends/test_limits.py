@@ -9,10 +9,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 from tests.backends.conftest import enqueue, finish, same_server
 from tests.tasks import echo, send_email
-from threadmill.backends.limits import LimitError, QueueLimit, Rate, parse_rate, share
 from threadmill.backends.options import parse_options
 from threadmill.backends.partitions import partition_of
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.limits import LimitError, QueueLimit, Rate, parse_rate, share
 
 
 def _drain(backend, *queues: str, count: int = 50) -> list:

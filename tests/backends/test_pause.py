@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.backends.conftest import enqueue
 from tests.tasks import echo, send_email
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 
 def test_a_paused_queue_keeps_accepting_tasks_and_gives_none_out(backend, raw):

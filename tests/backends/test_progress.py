@@ -9,7 +9,7 @@ import pytest
 from tests.backends.conftest import enqueue, finish
 from tests.tasks import echo
 from threadmill import TaskProgress
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 PROGRESS = json.dumps({"done": 3, "total": 10, "note": "three <b>down</b>"})
 

@@ -13,8 +13,8 @@ from django.tasks.signals import task_enqueued
 
 from tests.backends.conftest import enqueue, finish, same_server
 from tests.tasks import add, echo, explode, send_email, urgent
-from threadmill.backends.base import Page, Segment
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Page, Segment
 from threadmill.outcome import error_of, mark_failed, mark_successful
 
 

@@ -6,9 +6,9 @@ import pytest
 
 from tests.backends.conftest import enqueue
 from tests.tasks import echo
-from threadmill.backends.base import Segment
 from threadmill.backends.merge import ROW_WIDTH
 from threadmill.backends.scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT
+from threadmill.base import Segment
 
 T = "threadmill:{default}:task:"
 Q = "threadmill:{default}:default:"

@@ -11,9 +11,9 @@ from django.tasks.exceptions import InvalidTask
 
 from tests.backends.conftest import enqueue, finish, same_server
 from tests.tasks import echo, send_email, three_a_minute, three_at_a_time
-from threadmill.backends.base import ThreadmillTask
-from threadmill.backends.limits import TASK_LIMIT_LOOK
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import ThreadmillTask
+from threadmill.limits import TASK_LIMIT_LOOK
 
 
 def _drain(backend, *queues: str, count: int = 50) -> list:

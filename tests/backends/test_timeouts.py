@@ -14,8 +14,8 @@ from django.tasks.exceptions import InvalidTask
 
 from tests.tasks import echo, sleep_past_limit
 from threadmill.backends import codec
-from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Segment
 
 URL = "redis://127.0.0.1:1/0"
 

@@ -11,8 +11,8 @@ import pytest
 from tests.backends.conftest import enqueue
 from tests.tasks import echo, flaky
 from threadmill.backends import codec
-from threadmill.backends.base import UNREADABLE_PAYLOAD_ERRORS, Segment, UnreadableTask
 from threadmill.backends.redis import RedisBroker
+from threadmill.base import UNREADABLE_PAYLOAD_ERRORS, Segment, UnreadableTask
 
 
 def _edit(change):

@@ -28,8 +28,8 @@ from typing import Any
 import psutil
 import redis
 
-from threadmill.backends.base import Segment
 from threadmill.backends.keys import KeySchema
+from threadmill.base import Segment
 
 from . import peers, report
 from .server import command_stats, server_cpu_s, server_version, valkey

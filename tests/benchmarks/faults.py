@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 import redis
 
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 from threadmill.embedded import EmbeddedValkey, free_port
 
 from . import report

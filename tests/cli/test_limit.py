@@ -9,7 +9,7 @@ from django.tasks import task_backends
 
 from tests import tasks
 from tests.cli.test_status import _queue, _status, threadmill
-from threadmill.backends.limits import parse_rate
+from threadmill.limits import parse_rate
 
 
 def _serve(queue_name: str = "default") -> None:

@@ -27,8 +27,8 @@ from django.tasks import TaskResultStatus
 
 from tests.servers import start_server
 from tests.worker.conftest import Worker, worker_env
-from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Segment
 from threadmill.embedded import EmbeddedValkey, free_port
 
 #: Options of the pools a fault test starts, as the environment variables tests/settings.py reads.

@@ -14,8 +14,8 @@ from django.tasks import TaskResultStatus
 
 from tests import tasks
 from tests.faults.conftest import SLACK_S, Tally, wait_for
-from threadmill.backends.base import Segment
 from threadmill.backends.tooling.actions import CancelOutcome
+from threadmill.base import Segment
 
 pytestmark = pytest.mark.slow
 

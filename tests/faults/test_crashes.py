@@ -16,7 +16,7 @@ from tests import tasks
 from tests.faults.conftest import FAULT_TIMEOUTS, SLACK_S, Tally, kill_if_same, wait_for, wait_for_drain
 from tests.output import LineReader
 from tests.worker.conftest import ROOT
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 from threadmill.embedded import free_port
 from threadmill.outcome import WORKER_LOSS_LIMIT
 

@@ -24,8 +24,8 @@ from tests.cluster import ValkeyCluster
 from tests.faults.conftest import FaultServer, fault_backend, wait_for
 from tests.faults.proxy import Proxy
 from tests.faults.test_failover import ALIAS_KEY, is_primary, replica_of
-from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Segment
 from threadmill.exceptions import ServerUnreachable
 
 #: Tasks of one `enqueue_many` call in the load.

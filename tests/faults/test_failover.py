@@ -26,7 +26,7 @@ from redis.crc import key_slot
 from tests.cluster import ValkeyCluster
 from tests.faults.conftest import Tally, wait_for, wait_for_drain
 from threadmill import api
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 pytestmark = pytest.mark.slow
 

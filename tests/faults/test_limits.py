@@ -15,7 +15,7 @@ import pytest
 
 from tests import tasks
 from tests.faults.conftest import FAULT_TIMEOUTS, SLACK_S, Tally, fault_backend, wait_for, wait_for_drain
-from threadmill.backends.limits import parse_rate
+from threadmill.limits import parse_rate
 from threadmill.outcome import mark_successful
 
 pytestmark = pytest.mark.slow

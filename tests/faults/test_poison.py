@@ -10,7 +10,7 @@ import redis
 from tests import tasks
 from tests.backends.test_unreadable import POISONS, _apply_poison
 from tests.faults.conftest import Tally, wait_for
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ import redis
 
 from tests.faults.conftest import FaultServer, fault_backend, wait_for
 from tests.tasks import echo
-from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Segment
 from threadmill.exceptions import ServerUnreachable
 
 #: Seconds a restarted server may take to answer a fresh client, and a call to return.

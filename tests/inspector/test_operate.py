@@ -100,7 +100,7 @@ def runtime_limit(backend, queue: str = "emails"):
 
 
 def test_setting_a_queues_limits_shows_them_on_its_row_and_audits_who_set_them(operator_client, backend, seeded):
-    from threadmill.backends.limits import QueueLimit, Rate
+    from threadmill.limits import QueueLimit, Rate
 
     response = csrf_post(operator_client, LIMITS, {"concurrency": "3", "rate": "100/m"}, headers=HTMX)
     assert response.status_code == 302 and response.headers["Location"] == "/threadmill/"
@@ -115,7 +115,7 @@ def test_setting_a_queues_limits_shows_them_on_its_row_and_audits_who_set_them(o
 
 
 def test_a_limit_field_left_empty_keeps_that_part_as_it_is(operator_client, backend):
-    from threadmill.backends.limits import QueueLimit, Rate
+    from threadmill.limits import QueueLimit, Rate
 
     csrf_post(operator_client, LIMITS, {"concurrency": "3", "rate": ""})
     csrf_post(operator_client, LIMITS, {"concurrency": "", "rate": "20/s"})
@@ -128,7 +128,7 @@ def test_a_limit_field_left_empty_keeps_that_part_as_it_is(operator_client, back
 def test_clearing_a_queues_limits_falls_back_to_the_settings(operator_client, settings, seeded):
     from django.tasks import task_backends
 
-    from threadmill.backends.limits import NO_LIMIT
+    from threadmill.limits import NO_LIMIT
 
     alias = settings.TASKS["default"]
     options = {**alias["OPTIONS"], "limits": {"emails": {"concurrency": 5}}}
@@ -162,7 +162,7 @@ def test_clearing_a_queues_limits_falls_back_to_the_settings(operator_client, se
     ],
 )
 def test_a_bad_limit_is_a_400_naming_the_problem_and_changes_nothing(operator_client, backend, seeded, data, problem):
-    from threadmill.backends.limits import NO_LIMIT
+    from threadmill.limits import NO_LIMIT
 
     before = backend.queue_stats()
     response = csrf_post(operator_client, LIMITS, data)
@@ -174,7 +174,7 @@ def test_a_bad_limit_is_a_400_naming_the_problem_and_changes_nothing(operator_cl
 
 
 def test_a_limit_below_the_partition_count_is_a_400_naming_it(operator_client, settings):
-    from threadmill.backends.limits import NO_LIMIT
+    from threadmill.limits import NO_LIMIT
 
     backend = partition(settings)
     response = csrf_post(operator_client, LIMITS, {"concurrency": "2"})
@@ -197,7 +197,7 @@ def test_limits_of_an_unknown_queue_or_backend_are_a_404(operator_client, url):
 def test_limits_are_refused_to_a_viewer_with_403_and_anonymous_users_go_to_log_in(client_as, viewer, backend, seeded):
     from django.test import Client
 
-    from threadmill.backends.limits import NO_LIMIT
+    from threadmill.limits import NO_LIMIT
 
     assert LIMITS not in client_as(viewer).get("/threadmill/").content.decode()
     assert client_as(viewer).get(LIMITS).status_code == 403
@@ -209,7 +209,7 @@ def test_limits_are_refused_to_a_viewer_with_403_and_anonymous_users_go_to_log_i
 
 
 def test_limits_refuse_a_post_without_the_csrf_token_and_clearing_refuses_get(operator_client, backend):
-    from threadmill.backends.limits import NO_LIMIT
+    from threadmill.limits import NO_LIMIT
 
     assert operator_client.post(LIMITS, {"concurrency": "3"}).status_code == 403
     assert operator_client.get(LIMITS + "clear/").status_code == 405

@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 
 from tests.inspector.conftest import TASK_KEY
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 from threadmill.outcome import error_of, mark_failed, mark_successful
 
 

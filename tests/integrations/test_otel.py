@@ -21,7 +21,7 @@ from tests.integrations.conftest import drain, drain_with_retries
 from tests.tasks import echo
 from tests.worker.conftest import DEADLINE_S, worker_env
 from threadmill.backends import codec
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 
 class Switch(Sampler):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from threadmill import api
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 from . import tasks
 from .harness import QUEUES

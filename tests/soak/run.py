@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from tests.benchmarks.report import machine
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 from .faults import FAMILIES, STOP_SLACK_S, FaultThread
 from .harness import SHUTDOWN_GRACE_S, SHUTDOWN_TIMEOUT_S, SOAK_TIMEOUTS, worker_timeout_s

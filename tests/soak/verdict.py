@@ -24,7 +24,7 @@ from typing import Any
 import redis
 from django.tasks import TaskResultStatus
 
-from threadmill.backends.base import Segment, UnreadableTask
+from threadmill.base import Segment, UnreadableTask
 from threadmill.exceptions import AcknowledgementTimeout, WorkerLost
 from threadmill.outcome import WORKER_LOSS_LIMIT, class_path
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.tasks import task_backends
 
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Longest a worker test waits for a condition or a process, seconds.

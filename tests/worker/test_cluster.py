@@ -12,7 +12,7 @@ from django.tasks import TaskResultStatus
 
 from tests import tasks
 from tests.worker.conftest import ROOT, run_worker, segment_counts, worker_env
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 
 pytestmark = pytest.mark.slow
 

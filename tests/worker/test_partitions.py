@@ -12,8 +12,8 @@ from django.tasks import TaskResultStatus
 from tests import tasks
 from tests.servers import partition
 from tests.worker.conftest import DEADLINE_S, Worker, run_worker, worker_env
-from threadmill.backends.base import Segment
 from threadmill.backends.partitions import partition_of
+from threadmill.base import Segment
 
 pytestmark = pytest.mark.slow
 

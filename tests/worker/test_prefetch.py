@@ -9,10 +9,10 @@ import pytest
 from tests import tasks
 from tests.worker.conftest import wait_until
 from threadmill.backends.redis import RedisTaskBackend
-from threadmill.telemetry import TelemetryPublisher
 from threadmill.worker.config import WorkerConfig
 from threadmill.worker.prefetch import AUTO_MAX_SIZE, COLD_PER_THREAD, Prefetch
 from threadmill.worker.process import WorkerProcess
+from threadmill.worker.telemetry import TelemetryPublisher
 
 
 def _timed(prefetch: Prefetch, run_s: float, tasks_run: int = 50) -> int:

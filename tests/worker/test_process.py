@@ -9,8 +9,8 @@ import redis
 
 from tests import tasks
 from tests.worker.conftest import wait_until
-from threadmill.backends.base import Segment
 from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.base import Segment
 from threadmill.outcome import WORKER_LOSS_LIMIT
 from threadmill.worker.config import WorkerConfig
 from threadmill.worker.process import Phase, WorkerProcess

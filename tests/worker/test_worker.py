@@ -15,7 +15,7 @@ from django.tasks import TaskResultStatus
 
 from tests import tasks
 from tests.worker.conftest import run_worker, segment_counts, wait_until, worker_env
-from threadmill.backends.base import Segment
+from threadmill.base import Segment
 from threadmill.identity import WorkerName
 
 pytestmark = pytest.mark.slow

@@ -22,13 +22,13 @@ from datetime import UTC
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..attempts import ATTEMPTS_KEPT, Timeline, timeline_of
-from ..backends.base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
-from ..backends.limits import QueueLimit
 from ..backends.merge import Cursor, KeysetPage
 from ..backends.tooling.actions import CancelOutcome
 from ..backends.tooling.controls import LimitState
 from ..backends.tooling.metrics import TaskLimitState
+from ..base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
 from ..identity import WorkerName
+from ..limits import QueueLimit
 from . import controls, history, metrics, schedules
 from .actions import (
     CANCEL_VIEW_LIMIT,

@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..backends.base import Segment, UnreadableTask
 from ..backends.tooling.actions import CancelOutcome
+from ..base import Segment, UnreadableTask
 from .queues import NO_FILTER, Filter, get_backend, page, task
 
 #: Most tasks of a running view whose leases are read to tell which a requeue would skip.

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..backends.base import PausedQueue, Segment
-from ..backends.limits import LimitError, QueueLimit, parse_concurrency, parse_rate
 from ..backends.tooling.controls import WORKER_COMMANDS, LimitState
+from ..base import PausedQueue, Segment
+from ..limits import LimitError, QueueLimit, parse_concurrency, parse_rate
 from .actions import Requeued
 from .queues import NO_FILTER, Filter, SegmentPage, get_backend
 

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from ..backends.base import Segment
 from ..backends.taskstats import BOUNDS_S, PathStats
 from ..backends.tooling import TaskLimitState
+from ..base import Segment
 from .queues import backend_aliases, get_backend
 
 __all__ = [

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
-from ..backends.base import Segment
 from ..backends.merge import Cursor, KeysetPage
 from ..backends.redis import RedisTaskBackend
+from ..base import Segment
 
 #: Most segment entries a filtered view scans; past it, its count is a lower bound.
 FILTER_SCAN_LIMIT = 100_000

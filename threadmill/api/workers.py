@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from ..backends.keys import KeySchema
 from ..identity import WorkerName
-from ..telemetry import SNAPSHOT_INTERVAL_S
+from ..worker.telemetry import SNAPSHOT_INTERVAL_S
+from .queues import backend_aliases, get_backend
 
 logger = logging.getLogger("threadmill.api")
 
@@ -255,8 +256,6 @@ class TelemetryHub:
             pause = min(pause * 2, RETRY_MAX_PAUSE_S)
 
     def _listen(self) -> None:
-        from . import backend_aliases, get_backend
-
         # One subscription per distinct server or cluster, whatever the number of browser tabs
         # (on a cluster, sharded: one connection per node owning a channel's slot).
         channels: dict[tuple[str, bool], dict[str, str]] = {}

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment
 from ..exceptions import ServerUnreachable
 from ..outcome import (
     WORKER_LOSS_LIMIT,
@@ -44,7 +45,6 @@ from ..outcome import (
     worker_lost_error,
 )
 from . import codec
-from .base import UNREADABLE_PAYLOAD_ERRORS, Segment
 
 if TYPE_CHECKING:
     from .redis import RedisTaskBackend

@@ -20,9 +20,9 @@ from django.tasks.base import TaskError
 from django.utils.module_loading import import_string
 
 from ..attempts import attempts_of
+from ..base import Segment, ThreadmillTaskResult
 from ..progress import metadata_of, progress_of
 from ..retry import policy_from_spec, retry_spec
-from .base import Segment, ThreadmillTaskResult
 
 _STATUS_OF_SEGMENT = {
     Segment.READY: TaskResultStatus.READY,

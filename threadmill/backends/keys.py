@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from redis.crc import key_slot
 
-from .base import Segment
+from ..base import Segment
 
 #: Ready score band width: score = (100 - priority) * band + enqueue milliseconds.
 PRIORITY_BAND = 10**13

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .limits import LimitError, QueueLimit, check_partitions, parse_limit
+from ..limits import LimitError, QueueLimit, check_partitions, parse_limit
 
 #: Default time a worker may hold a task before the reaper takes it back, seconds.
 DEFAULT_LEASE_TTL_S = 3600.0

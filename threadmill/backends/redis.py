@@ -30,26 +30,27 @@ from django.utils.json import normalize_json
 from redis.cluster import RedisCluster
 
 from ..attempts import attempt_record
-from ..exceptions import BackendConnectionError, ServerUnreachable, TaskCancelled, TaskTimeout, UnreadableTaskError
-from ..identity import this_process_name
-from ..integrations import otel
-from ..outcome import ended_by
-from ..schedules import Schedule, parse_schedules
-from ..unique import UniqueSpec, spec_for
-from . import codec, layout
-from .aio import AsyncClients, send_task_enqueued
-from .base import (
+from ..base import (
     UNREADABLE_PAYLOAD_ERRORS,
     Segment,
     ThreadmillTask,
     ThreadmillTaskResult,
     return_value_of,
 )
+from ..exceptions import BackendConnectionError, ServerUnreachable, TaskCancelled, TaskTimeout, UnreadableTaskError
+from ..identity import this_process_name
+from ..integrations import otel
+from ..limits import UNLIMITED, Acquired, LimitError, QueueLimit, check_partitions, encode, parse_rate, task_limit
+from ..outcome import ended_by
+from ..schedules import Schedule, parse_schedules
+from ..unique import UniqueSpec, spec_for
+from . import codec, layout
+from .aio import AsyncClients, send_task_enqueued
 from .channel import TelemetrySubscription, publish
+from .checks import check_backend
 from .cluster import ClusterScripts
 from .enqueue_retry import aretrying, retrying
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
-from .limits import UNLIMITED, Acquired, LimitError, QueueLimit, check_partitions, encode, parse_rate, task_limit
 from .options import parse_options
 from .partitions import by_partition
 from .replication import wait_for_replicas
@@ -859,9 +860,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         return run_after.timestamp()
 
     def check(self, **kwargs) -> list:
-        from .checks import check_backend
-
-        return check_backend(self)
+        return check_backend(self.alias, self.redis_url, self.config)
 
     @translate_errors
     def server_time(self) -> datetime:

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
+from ..base import Segment
 from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
+from ..limits import TASK_LIMIT_LOOK
 from . import taskstats
-from .base import Segment
 from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
-from .limits import TASK_LIMIT_LOOK
 
 if TYPE_CHECKING:
     from ..unique import UniqueSpec

@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ..api.controls import LimitError, clear_queue_limit, queue_limits, set_queue_limit
-from ..backends.limits import QueueLimit
+from ..limits import QueueLimit
 from .common import add_backend_argument, known_queues, threadmill_backend
 
 HELP = "Set, clear or show a queue's concurrency and rate limits (runtime values win over the settings')."

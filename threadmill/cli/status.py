@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ..backends.base import Segment
+from ..base import Segment
 from ..identity import WorkerName
 from .common import add_backend_argument, threadmill_backend
 

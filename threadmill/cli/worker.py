@@ -13,8 +13,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from ..logs import LOG_FORMATS, configure
 from ..worker.config import DEFAULT_SHUTDOWN_TIMEOUT_S, WorkerConfig, default_process_count
+from ..worker.logs import LOG_FORMATS, configure
 from ..worker.prefetch import AUTO_MAX_SIZE, COLD_PER_THREAD, DEFAULT_WINDOW_S, LEASE_SHARE
 from ..worker.supervisor import Supervisor
 from .common import add_backend_argument, known_queues, seconds, threadmill_backend

@@ -2,36 +2,19 @@
 
 Each integration looks its package up once, when imported: without it installed, enqueue
 pays one attribute check and the worker's executor one empty-tuple check per task.
-An integration that watches task runs is an `AttemptObserver`; the executor asks for the
-active ones once, when it is created, so a tool must be set up (in settings) before the worker starts.
+An integration that watches task runs is an `AttemptObserver` (`observer.py`); the executor asks
+for the active ones once, when it is created, so a tool must be set up (in settings) before the
+worker starts.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-from ..backends.base import ThreadmillTaskResult
-
-
-class AttemptObserver(Protocol):
-    """Watches each attempt of a task on a worker; both calls come from the consumer thread running it."""
-
-    def started(self, result: ThreadmillTaskResult) -> Any:
-        """Begin watching the attempt of `result` that starts now; return what `ended` needs."""
-
-    def ended(self, handle: Any, result: ThreadmillTaskResult, error: BaseException | None, retrying: bool) -> None:
-        """Finish watching: `result` carries its status, `error` what the task raised, `retrying` whether it runs again."""
+from .observer import AttemptObserver
 
 
 def attempt_observers() -> tuple[AttemptObserver, ...]:
     """Return the observers of the integrations installed and set up in this process."""
+    # Imported when a worker asks: a producer that never runs tasks does not look Sentry up.
     from . import otel, sentry
 
     return tuple(observer for observer in (otel.attempt_observer(), sentry.attempt_observer()) if observer)
-
-
-def outcome_of(result: ThreadmillTaskResult, retrying: bool) -> str:
-    """Return how an attempt ended, in the words of the per-task metrics: successful, retried or failed."""
-    if retrying:
-        return "retried"
-    return "successful" if result.status == "SUCCESSFUL" else "failed"

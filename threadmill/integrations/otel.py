@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..backends.base import ThreadmillTaskResult
-from . import outcome_of
+from ..base import ThreadmillTaskResult
+from .observer import outcome_of
 
 try:
     from opentelemetry import context as otel_context

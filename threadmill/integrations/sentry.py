@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backends.base import ThreadmillTaskResult, json_preview
-from . import outcome_of
+from ..base import ThreadmillTaskResult, json_preview
+from .observer import outcome_of
 
 try:
     import sentry_sdk

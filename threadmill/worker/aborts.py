@@ -17,7 +17,7 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from ..backends.base import ThreadmillTaskResult
+from ..base import ThreadmillTaskResult
 from ..outcome import cancelled_error, mark_failed
 from .executor import Outcome
 from .host import ProcessHost

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, cast
 from django.tasks import task_backends
 
 from ..identity import name_this_process
-from ..telemetry import TelemetryPublisher
 from .config import EXIT_INTERRUPTED, WorkerConfig
 from .process import Phase, WorkerProcess
+from .telemetry import TelemetryPublisher
 
 if TYPE_CHECKING:
     from ..backends.redis import RedisTaskBackend

@@ -15,7 +15,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from ..backends.base import ThreadmillTaskResult, time_limit_s
+from ..base import ThreadmillTaskResult, time_limit_s
 from ..outcome import error_of, mark_failed, runs_alone
 from ..progress import running
 from .executor import Executor, Outcome

@@ -33,11 +33,11 @@ from django.tasks import TaskContext
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
-from ..backends.base import ThreadmillTaskResult
+from ..base import ThreadmillTaskResult
 from ..exceptions import TaskCancelled, TaskTimeout
 from ..integrations import attempt_observers
-from ..logs import running_task
 from ..outcome import error_of, mark_failed, mark_successful, retry_delay
+from .logs import running_task
 
 if TYPE_CHECKING:
     from .watchdog import Watchdog

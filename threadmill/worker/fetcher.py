@@ -34,14 +34,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..backends.base import ThreadmillTaskResult
+from ..base import ThreadmillTaskResult
 from ..exceptions import ServerUnreachable
 from ..outcome import cancelled_error, mark_failed, record_abandoned
-from ..progress import PendingReport
 from .aborts import ABORT_CHECK_INTERVAL_S
 from .executor import Outcome
 from .host import ProcessHost
 from .prefetch import SHED_FACTOR
+from .reports import PendingReport
 from .state import Buffered, Phase
 
 logger = logging.getLogger("threadmill.worker")

@@ -14,12 +14,12 @@ if TYPE_CHECKING:
     import threading
     from collections import deque
 
-    from ..backends.base import ThreadmillTaskResult
     from ..backends.redis import RedisTaskBackend
-    from ..progress import TaskReports
+    from ..base import ThreadmillTaskResult
     from .config import WorkerConfig
     from .executor import Executor, Outcome
     from .prefetch import Prefetch
+    from .reports import TaskReports
     from .state import Buffered, Phase
     from .taskstats import TaskStatsCounts
     from .watchdog import Watchdog

@@ -43,8 +43,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..backends.base import ThreadmillTaskResult
-from ..progress import TaskReports
+from ..base import ThreadmillTaskResult
 from .aborts import ABORT_CHECK_INTERVAL_S, AbortPolling
 from .config import EXIT_FAILED, EXIT_RECYCLED, EXIT_TIMED_OUT, WorkerConfig
 from .consumer import Consumers
@@ -59,11 +58,12 @@ from .fetcher import (
     Fetcher,
     Work,
 )
-from .limits import TimeLimits
 from .prefetch import Prefetch
+from .reports import TaskReports
 from .state import Buffered, Phase
 from .suspects import Suspects
 from .taskstats import TaskStatsCounts
+from .time_limits import TimeLimits
 from .trust import HEARTBEAT_TRUST_SHARE, HeartbeatTrust
 from .watchdog import Watchdog
 

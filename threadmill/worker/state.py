@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..backends.base import ThreadmillTaskResult
+from ..base import ThreadmillTaskResult
 
 
 class Phase(enum.Enum):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from ..backends.base import ThreadmillTaskResult
+from ..base import ThreadmillTaskResult
 from ..outcome import runs_alone
 from .host import ProcessHost
 

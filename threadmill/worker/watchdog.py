@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends.base import ThreadmillTaskResult
+from ..base import ThreadmillTaskResult
 from ..exceptions import TaskCancelled, TaskTimeout
 
 logger = logging.getLogger("threadmill.worker")

@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
+from ...base import UNREADABLE_PAYLOAD_ERRORS, Segment
 from ...exceptions import UnreadableTaskError
 from ...outcome import cancelled_error, mark_failed, record_abandoned
 from .. import codec
-from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment
 from ..keys import TASK_FIELDS
 from ..partitions import by_partition
 from ..scripts import translate_errors

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..base import PausedQueue
-from ..limits import NO_LIMIT, LimitError, QueueLimit, Rate, check_partitions, decode, encode, next_token_s, overlay
+from ...base import PausedQueue
+from ...limits import NO_LIMIT, LimitError, QueueLimit, Rate, check_partitions, decode, encode, next_token_s, overlay
 from ..scripts import translate_errors
 from .host import ToolingHost
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..base import Segment
+from ...base import Segment
+from ...limits import QueueLimit, decode, next_token_s, share
 from ..keys import PRIORITY_BAND
-from ..limits import QueueLimit, decode, next_token_s, share
 from ..scripts import translate_errors
 from ..taskstats import PathStats, parse_hash
 from .host import ToolingHost

@@ -14,8 +14,8 @@ from datetime import datetime
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
+from ...base import UNREADABLE_PAYLOAD_ERRORS, Page, Segment, ThreadmillTaskResult, UnreadableTask
 from .. import codec
-from ..base import UNREADABLE_PAYLOAD_ERRORS, Page, Segment, ThreadmillTaskResult, UnreadableTask
 from ..keys import TASK_FIELDS
 from ..merge import ROW_WIDTH, Cursor, KeysetPage, merge_rows
 from ..scripts import translate_errors

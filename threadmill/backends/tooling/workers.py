@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from ..base import HeartbeatReading
+from ...base import HeartbeatReading
 from ..scripts import translate_errors
 from .host import ToolingHost
 

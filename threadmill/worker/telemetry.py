@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 if TYPE_CHECKING:
-    from .worker.process import WorkerProcess
+    from .process import WorkerProcess
 
 logger = logging.getLogger("threadmill.telemetry")
 

@@ -7,7 +7,7 @@ read them through these types only, so they never depend on how a backend stores
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -16,8 +16,8 @@ from typing import Any, cast
 
 from django.tasks import Task, TaskResult
 
-from ..attempts import Attempt
-from ..progress import TaskProgress
+from .limits import LimitError, parse_concurrency, parse_rate
+from .progress import TaskProgress
 
 
 class Segment(StrEnum):
@@ -40,6 +40,11 @@ class Segment(StrEnum):
             raise ValueError(f"Unknown segment {value!r}; expected one of {names}.") from None
 
 
+#: Segments a unique task's holder counts in unless the task says otherwise.
+DEFAULT_UNIQUE_SEGMENTS = (Segment.READY, Segment.DEFERRED, Segment.RUNNING)
+#: Segments a task can be counted in (an unreadable payload is nobody's holder).
+COUNTABLE_SEGMENTS = frozenset(Segment) - {Segment.UNREADABLE}
+
 #: Segments a task can be requeued from.
 REQUEUEABLE_SEGMENTS = frozenset(Segment) - {Segment.READY}
 
@@ -55,6 +60,25 @@ UNREADABLE_PAYLOAD_ERRORS: tuple[type[Exception], ...] = (
     KeyError,
     ImportError,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of a task: its worker, lease, run and outcome ("running" for the attempt going on)."""
+
+    worker: str
+    leased_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str
+    error: str = ""
+
+    @property
+    def duration(self) -> timedelta | None:
+        """How long the run took, None when its start or end is not known."""
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +155,7 @@ class ThreadmillTask(Task):
     #: Longest a duplicate is refused after the first enqueue; None: while the first counts.
     unique_for: timedelta | None = None
     #: Segments the first call counts in; by default ready, deferred and running.
-    unique_segments: tuple[Segment, ...] = (Segment.READY, Segment.DEFERRED, Segment.RUNNING)
+    unique_segments: tuple[Segment, ...] = DEFAULT_UNIQUE_SEGMENTS
     #: Most runs of this task leased at once across every worker (`threadmill.backends.limits`); None: no limit.
     concurrency: int | None = None
     #: Most runs of this task started per unit, "N/s", "N/m" or "N/h", across every worker; None: no limit.
@@ -149,8 +173,6 @@ class ThreadmillTask(Task):
         super(ThreadmillTask, self).__post_init__()
 
     def _check_limits(self, error: type[Exception]) -> None:
-        from .limits import LimitError, parse_concurrency, parse_rate
-
         try:
             if self.concurrency is not None:
                 object.__setattr__(self, "concurrency", parse_concurrency(self.concurrency))
@@ -160,8 +182,6 @@ class ThreadmillTask(Task):
             raise error(f"{e}") from None
 
     def _check_unique(self, error: type[Exception]) -> None:
-        from ..unique import unique_segments
-
         if self.unique_key is not None and not callable(self.unique_key):
             raise error("unique_key must be a callable taking (args, kwargs) and returning a str.")
         if not isinstance(self.unique, bool):
@@ -194,6 +214,19 @@ class ThreadmillTask(Task):
         if hasattr(backend, "enqueue_many"):
             return backend.enqueue_many(self, calls)
         return [backend.enqueue(self, args, kwargs) for args, kwargs in calls]
+
+
+def unique_segments(value: Iterable[Segment | str], error: type[Exception]) -> tuple[Segment, ...]:
+    """Return `value` as segments, raising `error` naming an unknown or uncountable one."""
+    if isinstance(value, str):
+        value = (value,)
+    try:
+        segments = tuple(dict.fromkeys(Segment.parse(name) for name in value))
+    except (TypeError, ValueError) as e:
+        raise error(f"unique_segments must name segments of {sorted(COUNTABLE_SEGMENTS)}: {e}") from None
+    if not segments or not set(segments) <= COUNTABLE_SEGMENTS:
+        raise error(f"unique_segments must name one or more of {sorted(COUNTABLE_SEGMENTS)}, not {value!r}.")
+    return segments
 
 
 def _time_limit(value: Any, error: type[Exception], name: str = "timeout") -> timedelta:

@@ -17,7 +17,7 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from ..backends.base import ThreadmillTaskResult
+from ..base import ThreadmillTaskResult
 from ..exceptions import TaskCancelled, TaskTimeout
 from ..outcome import error_of, mark_failed, retry_delay
 from .executor import Outcome
