@@ -18,12 +18,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
+from typing import Any
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..attempts import ATTEMPTS_KEPT, Timeline, timeline_of
 from ..backends.merge import Cursor, KeysetPage
-from ..backends.tooling.actions import CancelOutcome
+from ..backends.tooling.actions import CancelOutcome, default_canceller
 from ..backends.tooling.controls import LimitState
 from ..backends.tooling.metrics import TaskLimitState
 from ..base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
@@ -99,6 +100,7 @@ __all__ = [
     "count_selected",
     "count_view",
     "decode_cursor",
+    "default_canceller",
     "delete",
     "encode_cursor",
     "get_backend",
@@ -119,6 +121,7 @@ __all__ = [
     "requeue_selected",
     "requeue_view",
     "schedules",
+    "status_report",
     "task",
     "timeline_of",
 ]
@@ -194,6 +197,60 @@ def overview(now: float | None = None) -> list[QueueSummary]:
                 )
             )  # fmt: skip
     return out
+
+
+def status_report(alias: str, now: float) -> dict[str, Any]:
+    """Return a backend's queues (counts, latency, pause, limits, whether a worker serves them) and live workers as JSON.
+
+    What `threadmill status --json` prints: the README's "Operating it from the command line" names each field.
+    """
+    backend = get_backend(alias)
+    stats = backend.queue_stats()
+    oldest = backend.oldest_ready_enqueued_at(list(stats))
+    paused = backend.paused_queues()
+    workers = backend.live_workers()
+    totals = backend.totals()
+    limits = backend.queue_limits(list(stats))
+    holding = backend.holding_task_limits()
+    queues = []
+    for name, counts in stats.items():
+        serving = [w["worker"] for w in workers if name in w.get("queues", ())]
+        pause = paused.get(name)
+        held = holding.get(name, []) if counts[Segment.READY] else []
+        queues.append(
+            {
+                "queue": name,
+                **{segment.value: counts[segment] for segment in Segment},
+                "latency_s": None if oldest[name] is None else round(max(0.0, now - oldest[name].timestamp()), 3),
+                "paused": None if pause is None else {"by": pause.by, "since": pause.since.timestamp()},
+                "workers": len(serving),
+                "unserved": bool(counts[Segment.READY]) and not serving and pause is None,
+                "totals": totals.get(name, {}),
+                "limits": limits[name].limit.as_json(),
+                "throttled": limits[name].throttled or bool(held),
+                "throttle": _throttle(limits[name], held),
+                "held_by_task_limits": [s.path for s in held],
+            }
+        )
+    return {"backend": backend.alias, "queues": queues, "workers": [_worker(w) for w in workers]}
+
+
+def _throttle(state: LimitState, holding: Sequence[TaskLimitState]) -> str | None:
+    """Return what holds a throttled queue back, in words (its limits, else per-task ones); None when nothing does."""
+    if not state.throttled:
+        if holding:
+            return "held by per-task limits: " + ", ".join(s.holding_text() for s in holding)
+        return None
+    if state.at_concurrency:
+        return f"throttled: {state.running}/{state.limit.concurrency} running"
+    return f"rate limited, next in {state.next_token_s:.1f} s"
+
+
+def _worker(document: dict[str, Any]) -> dict[str, Any]:
+    fields = ("worker", "state", "queues", "threads", "busy_threads", "tasks_done", "heartbeat_age_s")
+    parsed = WorkerName.parse(str(document.get("worker", "")))
+    where = {"host": parsed.host, "pid": parsed.pid} if parsed else {"host": None, "pid": None}
+    return {name: document.get(name) for name in fields} | where
 
 
 def known_workers(now: float) -> list[WorkerSnapshot]:

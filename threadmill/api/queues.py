@@ -36,19 +36,43 @@ def backend_aliases() -> list[str]:
     return [alias for alias in settings.TASKS if isinstance(task_backends[alias], RedisTaskBackend)]
 
 
+def find_backend(alias: str) -> RedisTaskBackend:
+    """Return the threadmill backend of `alias` as configured, without reaching its server; LookupError naming what is wrong."""
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        defined = ", ".join(sorted(task_backends.settings))
+        raise LookupError(f"Unknown task backend {alias!r}; TASKS defines {defined}.") from None
+    if not isinstance(backend, RedisTaskBackend):
+        raise LookupError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")  # noqa: TRY004 - a lookup, not a type check
+    return backend
+
+
 def get_backend(alias: str) -> RedisTaskBackend:
     """Return the threadmill backend of `alias`, its data layout checked (once); LookupError when there is none.
 
     Raises LayoutVersionError when the alias's stored layout is one this code cannot read.
     """
-    try:
-        backend = task_backends[alias]
-    except InvalidTaskBackend:
-        raise LookupError(f"No task backend is configured as {alias!r}.") from None
-    if not isinstance(backend, RedisTaskBackend):
-        raise LookupError(f"The task backend {alias!r} is not a threadmill backend.")  # noqa: TRY004 - a lookup, not a type check
+    backend = find_backend(alias)
     backend.check_layout()
     return backend
+
+
+def reach(alias: str) -> RedisTaskBackend:
+    """Return the threadmill backend of `alias` after a round trip to its server and a check of its data layout.
+
+    Raises LookupError (no such backend), BackendConnectionError (its server cannot be reached)
+    or LayoutVersionError (its stored layout is one this code cannot read).
+    """
+    backend = find_backend(alias)
+    backend.ping()
+    backend.check_layout()
+    return backend
+
+
+def queue_names(alias: str) -> list[str]:
+    """Return the names of a backend's queues, in settings order."""
+    return get_backend(alias).queue_names()
 
 
 def has_queue(alias: str, queue_name: str) -> bool:

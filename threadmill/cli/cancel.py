@@ -7,8 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ..api import actions
-from ..backends.tooling.actions import CancelOutcome, default_canceller
+from ..api import CancelOutcome, actions, default_canceller
 from .common import add_backend_argument, threadmill_backend
 
 HELP = "Cancel tasks by id: a ready or deferred one never runs, a running one is asked to abort."

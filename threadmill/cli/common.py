@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from django.core.management.base import CommandError
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 
-from ..backends.redis import RedisTaskBackend
+from ..api import queues
 from ..exceptions import BackendConnectionError, LayoutVersionError
+
+if TYPE_CHECKING:
+    from ..backends.redis import RedisTaskBackend
 
 #: First pause before trying an unreachable server again at start, seconds.
 START_RETRY_PAUSE_S = 0.1
@@ -47,19 +49,13 @@ def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], Non
     `wait_s` seconds, told once through `say`; a refused data layout is an error at once.
     """
     try:
-        backend = task_backends[alias]
-    except InvalidTaskBackend:
-        raise CommandError(
-            f"Unknown task backend {alias!r}; TASKS defines {', '.join(sorted(task_backends.settings))}."
-        ) from None
-    if not isinstance(backend, RedisTaskBackend):
-        raise CommandError(f"Task backend {alias!r} is {type(backend).__name__}, not a Threadmill backend.")
+        queues.find_backend(alias)
+    except LookupError as e:
+        raise CommandError(str(e)) from None
     deadline, pause, told = time.monotonic() + wait_s, START_RETRY_PAUSE_S, False
     while True:
         try:
-            backend.ping()
-            backend.check_layout()
-            return backend
+            return queues.reach(alias)
         except LayoutVersionError as e:
             raise CommandError(str(e)) from None
         except BackendConnectionError as e:
@@ -73,12 +69,12 @@ def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], Non
         pause = min(2 * pause, START_RETRY_MAX_PAUSE_S)
 
 
-def known_queues(backend, requested: list[str] | None) -> list[str]:
-    """Return the requested queues (all when none), or CommandError naming the unknown ones."""
-    known = backend.queue_names()
+def known_queues(alias: str, requested: list[str] | None) -> list[str]:
+    """Return the requested queues of the backend `alias` (all when none), or CommandError naming the unknown ones."""
+    known = queues.queue_names(alias)
     if not requested:
         return known
     unknown = [name for name in dict.fromkeys(requested) if name not in known]
     if unknown:
-        raise CommandError(f"Unknown queue(s) {', '.join(unknown)}; backend {backend.alias!r} has {', '.join(known)}.")
+        raise CommandError(f"Unknown queue(s) {', '.join(unknown)}; backend {alias!r} has {', '.join(known)}.")
     return list(dict.fromkeys(requested))

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ..api import controls
 from ..identity import WorkerName
 from .common import add_backend_argument, threadmill_backend
 
@@ -30,10 +31,10 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def send(command: BaseCommand, options: dict[str, Any], verb: str) -> int:
     """Leave `verb` ("quiet" or "stop") for the chosen live workers and say which; CommandError on a bad choice."""
-    backend = threadmill_backend(options["backend"])
-    live = [w["worker"] for w in backend.live_workers()]
+    alias = threadmill_backend(options["backend"]).alias
+    live = [w["worker"] for w in controls.live_worker_documents(alias)]
     targets = _targets(live, options)
-    backend.send_control(targets, verb, by=f"{getpass.getuser()} (command line)")
+    controls.command_workers(alias, targets, verb, by=f"{getpass.getuser()} (command line)")
     command.stdout.write(
         f"Asked {len(targets)} worker process{'es' if len(targets) != 1 else ''} to {verb}: {', '.join(targets)}. "
         "Their supervisors act on their next broker pass."

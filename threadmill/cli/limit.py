@@ -39,7 +39,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
             done = "Cleared the runtime limits of" if had else "No runtime limits were set on"
             command.stdout.write(f"{done} queue {name!r}; in force now: {describe(limit)}.")
         elif concurrency is None and rate is None:
-            known_queues(backend, [name])
+            known_queues(backend.alias, [name])
             state = queue_limits(backend.alias, [name])[name]
             set_by = f" (set by {state.set_by})" if state.set_by else ""
             command.stdout.write(f"Queue {name!r}: {describe(state.limit)}{set_by}.")

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from ..api import controls
 from .common import add_backend_argument, known_queues, threadmill_backend
 
 HELP = "Pause a queue: workers take none of its tasks until it is resumed; enqueues still land."
@@ -19,12 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> int:
-    backend = threadmill_backend(options["backend"])
-    [queue_name] = known_queues(backend, [options["queue"]])
-    if backend.pause(queue_name, by=f"{getpass.getuser()} (command line)"):
+    alias = threadmill_backend(options["backend"]).alias
+    [queue_name] = known_queues(alias, [options["queue"]])
+    if controls.pause_queue(alias, queue_name, by=f"{getpass.getuser()} (command line)"):
         command.stdout.write(f"Paused queue {queue_name!r}: its running tasks finish, no new one starts.")
     else:
-        paused = backend.paused_queues()[queue_name]
+        paused = controls.paused_queues(alias)[queue_name]
         command.stdout.write(
             f"Queue {queue_name!r} was already paused by {paused.by} since {paused.since:%Y-%m-%d %H:%M:%S} UTC."
         )

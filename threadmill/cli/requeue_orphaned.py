@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     backend = threadmill_backend(options["backend"])
-    for queue_name in known_queues(backend, options["queues"] or None):
+    for queue_name in known_queues(backend.alias, options["queues"] or None):
         done = controls.requeue_orphaned(backend.alias, queue_name)
         kept = f"; {len(done.skipped)} kept: their lease is live again" if done.skipped else ""
         command.stdout.write(f"{queue_name}: requeued {len(done.moved)} orphaned tasks{kept}. {done.notice}".strip())

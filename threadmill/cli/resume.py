@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from ..api import controls
 from .common import add_backend_argument, known_queues, threadmill_backend
 
 HELP = "Resume a paused queue: workers take its tasks again."
@@ -18,9 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> int:
-    backend = threadmill_backend(options["backend"])
-    [queue_name] = known_queues(backend, [options["queue"]])
-    if backend.resume(queue_name):
+    alias = threadmill_backend(options["backend"]).alias
+    [queue_name] = known_queues(alias, [options["queue"]])
+    if controls.resume_queue(alias, queue_name):
         command.stdout.write(f"Resumed queue {queue_name!r}.")
     else:
         command.stdout.write(f"Queue {queue_name!r} was not paused.")

@@ -14,8 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ..base import Segment
-from ..identity import WorkerName
+from .. import api
 from .common import add_backend_argument, threadmill_backend
 
 HELP = "Print each queue (counts, latency, paused) and the live workers; exit 1 if ready tasks have no worker."
@@ -30,63 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(command: BaseCommand, options: dict[str, Any]) -> int:
-    backend = threadmill_backend(options["backend"])
-    status = collect(backend, time.time())
+    alias = threadmill_backend(options["backend"]).alias
+    status = api.status_report(alias, time.time())
     if options["json"]:
         command.stdout.write(json.dumps(status, indent=2))
     else:
         command.stdout.write(render(status))
     return EXIT_UNSERVED if any(q["unserved"] for q in status["queues"]) else 0
-
-
-def collect(backend, now: float) -> dict[str, Any]:
-    """Return the backend's queues and live workers as one JSON-ready dict."""
-    stats = backend.queue_stats()
-    oldest = backend.oldest_ready_enqueued_at(list(stats))
-    paused = backend.paused_queues()
-    workers = backend.live_workers()
-    totals = backend.totals()
-    limits = backend.queue_limits(list(stats))
-    holding = backend.holding_task_limits()
-    queues = []
-    for name, counts in stats.items():
-        serving = [w["worker"] for w in workers if name in w.get("queues", ())]
-        pause = paused.get(name)
-        held = holding.get(name, []) if counts[Segment.READY] else []
-        queues.append(
-            {
-                "queue": name,
-                **{segment.value: counts[segment] for segment in Segment},
-                "latency_s": None if oldest[name] is None else round(max(0.0, now - oldest[name].timestamp()), 3),
-                "paused": None if pause is None else {"by": pause.by, "since": pause.since.timestamp()},
-                "workers": len(serving),
-                "unserved": bool(counts[Segment.READY]) and not serving and pause is None,
-                "totals": totals.get(name, {}),
-                "limits": limits[name].limit.as_json(),
-                "throttled": limits[name].throttled or bool(held),
-                "throttle": _throttle(limits[name], held),
-                "held_by_task_limits": [s.path for s in held],
-            }
-        )
-    return {"backend": backend.alias, "queues": queues, "workers": [_worker(w) for w in workers]}
-
-
-def _throttle(state, holding) -> str | None:
-    """Return what holds a throttled queue back, in words (its limits, else per-task ones); None when nothing does."""
-    if not state.throttled:
-        if holding:
-            return "held by per-task limits: " + ", ".join(s.holding_text() for s in holding)
-        return None
-    if state.at_concurrency:
-        return f"throttled: {state.running}/{state.limit.concurrency} running"
-    return f"rate limited, next in {state.next_token_s:.1f} s"
-
-
-def _worker(document: dict[str, Any]) -> dict[str, Any]:
-    fields = ("worker", "state", "queues", "threads", "busy_threads", "tasks_done", "heartbeat_age_s")
-    parsed = WorkerName.parse(str(document.get("worker", "")))
-    where = {"host": parsed.host, "pid": parsed.pid} if parsed else {"host": None, "pid": None}
-    return {name: document.get(name) for name in fields} | where
 
 
 def render(status: dict[str, Any]) -> str:

@@ -180,7 +180,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
             raise CommandError(str(e)) from None
     config = WorkerConfig(
         backend=options["backend"],
-        queues=tuple(known_queues(backend, options["queues"])),
+        queues=tuple(known_queues(backend.alias, options["queues"])),
         processes=options["workers"],
         threads=options["threads"],
         prefetch_count=options["prefetch_count"],
