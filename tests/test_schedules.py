@@ -11,7 +11,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from threadmill.backends.base import Segment
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends.broker import RedisBroker
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.schedules import parse_schedules
 
 EVERY_MINUTE = {"task": "tests.tasks.echo", "cron": "* * * * *", "args": ["tick"]}

@@ -9,9 +9,10 @@ from django.tasks import TaskResultStatus
 
 from tests.backends.conftest import enqueue, same_server
 from tests.tasks import echo, explode, flaky
-from threadmill.backends import broker as broker_module
 from threadmill.backends.base import Segment
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends.broker import RedisBroker
+from threadmill.backends.broker import trimmer as broker_module
+from threadmill.backends.redis import RedisTaskBackend
 
 RUNNING = "threadmill:{default}:default:running"
 

@@ -12,7 +12,7 @@ from tests.backends.conftest import enqueue
 from tests.tasks import echo, flaky
 from threadmill.backends import codec
 from threadmill.backends.base import UNREADABLE_PAYLOAD_ERRORS, Segment, UnreadableTask
-from threadmill.backends.redis import RedisBroker
+from threadmill.backends.broker import RedisBroker
 
 
 def _edit(change):

@@ -23,9 +23,10 @@ from tests.cluster import NODE_TIMEOUT_MS
 from tests.faults.conftest import wait_for
 from tests.tasks import echo
 from threadmill.backends.base import Segment
+from threadmill.backends.broker import RedisBroker
 from threadmill.backends.keys import KeySchema
 from threadmill.backends.partitions import partition_of
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.exceptions import ServerUnreachable
 
 #: The partition whose primary is frozen: not 0, which holds the heartbeats, schedules and commands.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from ..backends.redis import RedisBroker
+from ..backends.broker import RedisBroker
 from ..exceptions import ServerUnreachable
 from ..identity import WorkerName, new_incarnation
 from .child import HANDLED_SIGNALS, QUIET_SIGNAL, run_worker_process
