@@ -85,3 +85,34 @@ def test_each_concern_of_the_tooling_api_has_its_backend_half_of_the_same_name()
     api = {path.stem for path in (ROOT / "api").glob("*.py")} - {"__init__"}
     backend = {path.stem for path in (ROOT / "backends" / "tooling").glob("*.py")} - {"__init__", "host"}
     assert api == backend
+
+
+def imports_outside_type_checking(path: Path) -> set[str]:
+    """Return the modules the file at `path` imports anywhere but in an `if TYPE_CHECKING:` block."""
+
+    def walk(nodes: list[ast.AST]) -> set[str]:
+        found: set[str] = set()
+        for node in nodes:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                found |= walk(node.orelse)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                found.update(imported(path, node))
+            else:
+                found |= walk(list(ast.iter_child_nodes(node)))
+        return found
+
+    return walk(ast.parse(path.read_text(), str(path)).body)
+
+
+def test_the_broker_reads_the_backend_only_for_type_checkers_and_the_backend_never_imports_it():
+    broker = ROOT / "backends" / "broker"
+    offenders = []
+    for path in (ROOT / "backends").rglob("*.py"):
+        if broker in path.parents:
+            names = {
+                name for name in imports_outside_type_checking(path) if name.startswith("threadmill.backends.redis")
+            }
+        else:
+            names = {name for name in imports(path) if name.startswith("threadmill.backends.broker")}
+        offenders += [f"{module_name(path)}: {name}" for name in sorted(names)]
+    assert offenders == []

@@ -6,19 +6,18 @@ broker sampled is a gap in the history, not a zero.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..redis import RedisTaskBackend
+from .passes import BrokerPass, Duty
 
 
-class Latency:
+class Latency(Duty):
     """Samples the oldest ready task's age of a queue."""
 
     name = "latency"
 
-    def __init__(self, backend: RedisTaskBackend) -> None:
-        self.backend = backend
+    def run_once(self, pass_: BrokerPass) -> int:
+        """Sample every queue in every partition; return 0, as no task is handled."""
+        pass_.serve_each(self.sample)
+        return 0
 
     def sample(self, queue_name: str, partition: int) -> None:
         """Record the age of the queue's oldest ready task in one partition."""

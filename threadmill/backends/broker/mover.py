@@ -11,30 +11,30 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from .passes import BrokerPass, Duty
+
 if TYPE_CHECKING:
     from ..redis import RedisTaskBackend
-    from .passes import PassFailures
 
 
-class Mover:
+class Mover(Duty):
     """Promotes due deferred tasks to ready, batch by batch."""
 
     name = "mover"
 
     def __init__(self, backend: RedisTaskBackend) -> None:
-        self.backend = backend
+        super().__init__(backend)
         #: Monotonic time the next deferred task falls due, as of the last run; None when none is deferred.
         self.next_due_at: float | None = None
 
-    def move_all(self, queue_names: list[str], partitions: range, failures: PassFailures) -> int:
+    def run_once(self, pass_: BrokerPass) -> int:
         """Promote the due tasks of every queue in every partition, noting when the next falls due; return how many."""
         total, next_due_in = 0, None
-        for queue_name in queue_names:
-            for partition in partitions:
-                moved, due_in = failures.attempt(partition, self.move_one, queue_name, partition) or (0, None)
-                total += moved
-                if due_in is not None and (next_due_in is None or due_in < next_due_in):
-                    next_due_in = due_in
+        for queue_name, partition in pass_.each():
+            moved, due_in = pass_.attempt(partition, self.move_one, queue_name, partition) or (0, None)
+            total += moved
+            if due_in is not None and (next_due_in is None or due_in < next_due_in):
+                next_due_in = due_in
         self.next_due_at = None if next_due_in is None else time.monotonic() + next_due_in
         return total
 

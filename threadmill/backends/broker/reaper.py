@@ -10,14 +10,11 @@ from __future__ import annotations
 import logging
 import os
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from ...outcome import lease_expired_error, mark_failed, retry_delay
 from .. import codec
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment
-
-if TYPE_CHECKING:
-    from ..redis import RedisTaskBackend
+from .passes import BrokerPass, Duty
 
 logger = logging.getLogger("threadmill.broker")
 
@@ -25,13 +22,14 @@ logger = logging.getLogger("threadmill.broker")
 CLAIM_WINDOW_S = 60.0
 
 
-class Reaper:
+class Reaper(Duty):
     """Fails or retries the tasks whose lease expired."""
 
     name = "reaper"
 
-    def __init__(self, backend: RedisTaskBackend) -> None:
-        self.backend = backend
+    def run_once(self, pass_: BrokerPass) -> int:
+        """Reap every queue in every partition; return how many tasks were failed or retried."""
+        return pass_.serve_each(self.reap)
 
     def reap(self, queue_name: str, partition: int | None = None) -> int:
         """Fail or retry every task of a queue whose lease expired (in one partition, or all); return how many."""

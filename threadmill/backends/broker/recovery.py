@@ -22,15 +22,12 @@ import logging
 import os
 from collections import Counter
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from ...outcome import WORKER_LOSS_LIMIT, keeps_losing_its_worker, mark_failed, worker_lost_error
 from .. import codec
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment
+from .passes import BrokerPass, Duty
 from .reaper import CLAIM_WINDOW_S
-
-if TYPE_CHECKING:
-    from ..redis import RedisTaskBackend
 
 logger = logging.getLogger("threadmill.broker")
 
@@ -38,13 +35,23 @@ logger = logging.getLogger("threadmill.broker")
 RECOVERY_SCAN_LIMIT = 10_000
 
 
-class Recovery:
+class Recovery(Duty):
     """Gives back or fails the tasks of lost worker processes."""
 
     name = "recovery"
 
-    def __init__(self, backend: RedisTaskBackend) -> None:
-        self.backend = backend
+    def run_once(self, pass_: BrokerPass) -> int:
+        """Recover every queue in every partition once the pass trusts the heartbeats; return how many tasks."""
+        if not pass_.trusts_heartbeats:
+            return 0
+        heartbeats = pass_.attempt(0, self.backend.heartbeat_ages) if len(pass_.partitions) > 1 else None
+        total = 0
+        for queue_name, partition in pass_.each():
+            # Recovery needs this pass's view of the heartbeats, on partition 0.
+            if pass_.reached(0):
+                given = heartbeats if partition else None
+                total += pass_.attempt(partition, self.recover, queue_name, partition, given) or 0
+        return total
 
     def recover(self, queue_name: str, partition: int | None = None, heartbeats: dict[str, float] | None = None) -> int:
         """Take back every lease of a queue held by a worker whose heartbeat stopped, or never came; return how many.

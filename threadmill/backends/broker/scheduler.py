@@ -11,21 +11,27 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from .passes import BrokerPass, Duty
+
 if TYPE_CHECKING:
     from ..redis import RedisTaskBackend
 
 logger = logging.getLogger("threadmill.broker")
 
 
-class Scheduler:
+class Scheduler(Duty):
     """Offers each schedule's latest tick to the enqueue guard."""
 
     name = "scheduler"
 
     def __init__(self, backend: RedisTaskBackend) -> None:
-        self.backend = backend
+        super().__init__(backend)
         #: Each schedule's latest tick this broker has handed to the enqueue guard, epoch seconds.
         self.ticks_seen: dict[str, float] = {}
+
+    def run_once(self, pass_: BrokerPass) -> int:
+        """Offer every schedule's latest tick, on partition 0 (which holds the schedules); return how many it enqueued."""
+        return pass_.attempt(0, self.run_schedules) or 0
 
     def run_schedules(self, now: datetime | None = None) -> int:
         """Enqueue each schedule's latest tick at `now` (the server's clock) unless a broker did; return how many."""

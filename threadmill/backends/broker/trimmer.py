@@ -6,22 +6,20 @@ listing and counting tasks that are gone.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..redis import RedisTaskBackend
+from .passes import BrokerPass, Duty
 
 #: Most expired ids a trim call drops from each finished segment.
 TRIM_BATCH_SIZE = 1000
 
 
-class Trimmer:
+class Trimmer(Duty):
     """Drops expired ids from the successful and failed segments."""
 
     name = "trimmer"
 
-    def __init__(self, backend: RedisTaskBackend) -> None:
-        self.backend = backend
+    def run_once(self, pass_: BrokerPass) -> int:
+        """Trim every queue in every partition; return how many ids were dropped."""
+        return pass_.serve_each(self.trim)
 
     def trim(self, queue_name: str, partition: int | None = None) -> int:
         """Drop the finished ids of a queue whose task data expired (in one partition, or all); return how many."""
