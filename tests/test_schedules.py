@@ -10,7 +10,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends.broker import RedisBroker
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment
 from threadmill.schedules import parse_schedules
 

@@ -9,8 +9,11 @@ from django.tasks import TaskResultStatus
 
 from tests.backends.conftest import enqueue, same_server
 from tests.tasks import echo, explode, flaky
-from threadmill.backends import broker as broker_module
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends import broker as broker_package
+from threadmill.backends.broker import DUTIES, BrokerPass, Duty, RedisBroker
+from threadmill.backends.broker import trimmer as broker_module
+from threadmill.backends.broker.mover import Mover
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment
 
 RUNNING = "threadmill:{default}:default:running"
@@ -131,3 +134,50 @@ def test_trimming_works_through_more_than_one_batch(backend, raw, monkeypatch):
     raw.zadd("threadmill:{default}:default:successful", {"old": 1.0})
     assert RedisBroker(backend, ["default"]).trim("default") == 11
     assert raw.zcard("threadmill:{default}:default:failed") == 0
+
+
+TALLY = "threadmill:{default}:tally"
+
+
+class Tally(Duty):
+    """A duty that counts its runs on the server: one INCR a pass, on partition 0."""
+
+    name = "tally"
+
+    def run_once(self, pass_: BrokerPass) -> int:
+        return pass_.attempt(0, self.backend.client.incr, f"{TALLY}:{self.name}") or 0
+
+
+class HourlyTally(Tally):
+    name = "hourly"
+
+    def interval(self) -> float:
+        return 3600.0
+
+
+def test_a_duty_added_to_the_registry_runs_in_every_pass(backend, raw, monkeypatch):
+    monkeypatch.setattr(broker_package, "DUTIES", (*DUTIES, Tally))
+    enqueue(backend, echo.using(run_after=datetime.now(UTC) - timedelta(seconds=1)), 1)
+    broker = RedisBroker(backend, ["default"])
+    assert broker.run_once() == (1, 0)  # the registry's own duties still run beside it
+    broker.run_once()
+    assert raw.get(f"{TALLY}:tally") == b"2"
+
+
+def test_a_duty_left_out_of_the_registry_does_not_run(backend, monkeypatch):
+    monkeypatch.setattr(broker_package, "DUTIES", tuple(duty for duty in DUTIES if duty is not Mover))
+    enqueue(backend, echo.using(run_after=datetime.now(UTC) - timedelta(seconds=1)), 1)
+    assert RedisBroker(backend, ["default"]).run_once() == (0, 0)
+    assert backend.queue_stats()["default"][Segment.DEFERRED] == 1
+
+
+def test_a_due_only_pass_leaves_out_a_duty_whose_interval_has_not_passed(backend, raw, monkeypatch):
+    monkeypatch.setattr(broker_package, "DUTIES", (*DUTIES, Tally, HourlyTally))
+    broker = RedisBroker(backend, ["default"])
+    for _ in range(3):
+        broker.run_once(due_only=True)
+        for duty in broker.duties:  # every duty but the hourly one falls due at once
+            broker._due_at[duty.name] -= backend.config.broker_interval
+    assert (raw.get(f"{TALLY}:tally"), raw.get(f"{TALLY}:hourly")) == (b"3", b"1")
+    broker.run_once()  # a full pass runs every duty
+    assert raw.get(f"{TALLY}:hourly") == b"2"

@@ -9,7 +9,7 @@ import pytest
 
 from tests.backends.conftest import enqueue, finish
 from tests.tasks import echo, explode
-from threadmill.backends.redis import RedisBroker
+from threadmill.backends.broker import RedisBroker
 from threadmill.outcome import error_of, mark_failed
 
 

@@ -15,9 +15,10 @@ from django.tasks import TaskResultStatus
 from tests.backends.conftest import enqueue, finish
 from tests.servers import wait_until_settled
 from tests.tasks import echo
+from threadmill.backends.broker import RedisBroker
 from threadmill.backends.keys import KeySchema, partition_tag
 from threadmill.backends.partitions import partition_of
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.backends.routing import EmptyHints
 from threadmill.base import Segment
 

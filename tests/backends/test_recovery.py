@@ -9,7 +9,8 @@ from django.tasks import TaskResultStatus
 
 from tests.backends.conftest import enqueue
 from tests.tasks import echo
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends.broker import RedisBroker
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment
 from threadmill.exceptions import BackendConnectionError
 from threadmill.outcome import WORKER_LOSS_LIMIT

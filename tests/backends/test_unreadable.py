@@ -11,7 +11,7 @@ import pytest
 from tests.backends.conftest import enqueue
 from tests.tasks import echo, flaky
 from threadmill.backends import codec
-from threadmill.backends.redis import RedisBroker
+from threadmill.backends.broker import RedisBroker
 from threadmill.base import UNREADABLE_PAYLOAD_ERRORS, Segment, UnreadableTask
 
 

@@ -22,9 +22,10 @@ import redis
 from tests.cluster import NODE_TIMEOUT_MS
 from tests.faults.conftest import wait_for
 from tests.tasks import echo
+from threadmill.backends.broker import RedisBroker
 from threadmill.backends.keys import KeySchema
 from threadmill.backends.partitions import partition_of
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment
 from threadmill.exceptions import ServerUnreachable
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.worker.conftest import wait_until
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends.broker import RedisBroker
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.worker.config import WorkerConfig
 from threadmill.worker.process import WorkerProcess
 

@@ -9,7 +9,8 @@ import redis
 
 from tests import tasks
 from tests.worker.conftest import wait_until
-from threadmill.backends.redis import RedisBroker, RedisTaskBackend
+from threadmill.backends.broker import RedisBroker
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment
 from threadmill.outcome import WORKER_LOSS_LIMIT
 from threadmill.worker.config import WorkerConfig

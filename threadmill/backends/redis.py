@@ -887,6 +887,4 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             raise BackendConnectionError(f"Cannot reach the Redis server at {self.redis_url}: {e}") from e
 
 
-from .broker import RedisBroker  # (public name of this module; imported last, as broker imports this one)
-
-__all__ = ["RedisBroker", "RedisTaskBackend", "default_worker_name"]
+__all__ = ["RedisTaskBackend", "default_worker_name"]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from ..backends.redis import RedisBroker
+from ..backends.broker import RedisBroker
 from ..exceptions import ServerUnreachable
 from ..identity import WorkerName, new_incarnation
 from .child import HANDLED_SIGNALS, QUIET_SIGNAL, run_worker_process
@@ -126,7 +126,7 @@ class Supervisor:
 
     def _full_pass(self) -> None:
         try:
-            self.broker.run_once()
+            self.broker.run_once(due_only=True)
         finally:
             # The commands wait on partition 0: another partition's server being down must not hold them up.
             if 0 not in self.broker.failed_partitions:
