@@ -64,7 +64,7 @@ def test_fsync_enqueue_on_a_server_with_an_append_only_file_returns_the_task(per
     backend = durable_backend(persistent_valkey.url)
     result = backend.enqueue(echo, ["kept"], {})
     assert backend.get_result(result.id).args == ["kept"]
-    assert backend.scripts._local.aof_checked
+    assert backend.scripts.transport._local.aof_checked
 
 
 def test_a_server_that_loses_its_append_only_file_later_is_caught_on_the_next_enqueue(persistent_valkey):

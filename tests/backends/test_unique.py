@@ -18,7 +18,7 @@ from redis.crc import key_slot
 
 from tests.backends.conftest import finish
 from tests.tasks import echo, unique_bad_key, unique_briefly, unique_by_user, unique_echo
-from threadmill.backends.scripts import LuaScript
+from threadmill.backends.script_source import LuaScript
 from threadmill.base import Segment, ThreadmillTask
 
 

@@ -6,11 +6,11 @@ for the scripts too) and, on a single server, `CONNECTIONS_PER_LOOP` script conn
 coroutines take in turn.
 
 A script call on a single server goes straight to one of those connections, as the thread
-path's do (`scripts.RedisScripts`), not through redis.asyncio's command layer: its pool, its
+path's do (`transport.ServerTransport`), not through redis.asyncio's command layer: its pool, its
 retries, its response callbacks. The command is packed by hiredis, the packer the thread path's
 connections use, and the reply read by the connection's own parser. A kept connection the
 server closed while it sat idle (a restart, CLIENT KILL) is replaced before it is used, found
-by the same poll of its socket as the thread path's (`scripts.polls_readable`).
+by the same poll of its socket as the thread path's (`transport.polls_readable`).
 
 A loop's connections close when the loop ends. asyncio has no callback for that, but whoever
 closes a loop properly (`asyncio.run`, `asyncio.Runner`, asgiref's `async_to_sync`) first
@@ -45,7 +45,9 @@ try:
 except ImportError:  # redis-py before 6.4 has no maintenance notifications
     MaintNotificationsConfig = None
 
-from .scripts import LuaScript, polls_readable, translated_errors
+from .errors import translated_errors
+from .script_source import LuaScript
+from .transport import polls_readable
 
 #: Script connections each event loop keeps to a single server; more concurrent calls wait for one.
 #: (redis.asyncio's pool failed the 101st concurrent call instead: "Too many connections".)

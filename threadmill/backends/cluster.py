@@ -1,9 +1,9 @@
 """Script calls on a Redis or Valkey Cluster: each goes to the primary that owns its keys' slot.
 
 Every key of one script call carries one hash tag (see the README's "Data model"), so the
-slot of its first key is the slot of all of them. `ClusterScripts` keeps the single-node
-path's shape (one raw connection per thread, no redis-py command layer) with one connection
-per thread and node, found through the cluster client's slot map.
+slot of its first key is the slot of all of them. `ClusterTransport` keeps the single-node
+transport's shape (one raw connection per thread, no redis-py command layer) with one
+connection per thread and node, found through the cluster client's slot map.
 
 A connection the node closed (a restart, CLIENT KILL) is found by a poll before it is reused
 and made anew, as on a single server. A redirection (MOVED, ASK) or a command that could not
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,8 +25,8 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from .keys import KeySchema
-from .scripts import LuaScript, RedisScripts, reusable, translate_errors
+from .script_source import LuaScript
+from .transport import ServerTransport, reusable
 
 logger = logging.getLogger("threadmill.backend")
 
@@ -33,13 +34,14 @@ logger = logging.getLogger("threadmill.backend")
 _NOT_RUN = (redis.exceptions.MovedError, redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)
 
 
-class ClusterScripts(RedisScripts):
-    """The backend's Lua scripts on a cluster, each call sent to the node owning its slot."""
+class ClusterTransport(ServerTransport):
+    """Script calls to a cluster, each sent to the primary owning its keys' slot over this thread's connection to it."""
 
     client: RedisCluster
 
-    def __init__(self, client: RedisCluster, keys: KeySchema) -> None:
-        super().__init__(client, keys, sharded_telemetry=True)
+    def __init__(self, client: RedisCluster) -> None:
+        self.client = client
+        self._local = threading.local()
 
     def _connections(self) -> dict[str, Any]:
         """Return this thread's raw connections by node name (`host:port`), made anew in a forked child."""
@@ -54,9 +56,9 @@ class ClusterScripts(RedisScripts):
         """Return this thread's connection to the primary owning `key`'s slot, as the slot map names it now."""
         return self._connection_for(key)
 
-    def server_name(self) -> str:
-        """Name the primary owning these scripts' slot (`host:port`), as the slot map says now."""
-        return self.client.nodes_manager.get_node_from_slot(key_slot(self.keys.prefix.encode())).name
+    def server_name(self, key: str) -> str:
+        """Name the primary owning `key`'s slot (`host:port`), as the slot map says now."""
+        return self.client.nodes_manager.get_node_from_slot(key_slot(key.encode())).name
 
     def _connection_for(self, key: str):
         node = self.client.nodes_manager.get_node_from_slot(key_slot(key.encode()))
@@ -139,21 +141,20 @@ class ClusterScripts(RedisScripts):
             # target of an ASK): EVAL runs it there and leaves it in that node's script cache.
             return self._send(keys[0], ("EVAL", script.source, len(keys), *keys, *args))
 
-    def _run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self._run_on_owner(script, keys, args)[0]
 
-    def _run_durably(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any], wait_s: float) -> tuple:
+    def run_durably(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any], wait_s: float) -> tuple:
         """Run a script, then WAITAOF on the connection that ran it (the owner of its slot)."""
         wait_ms = max(1, round(wait_s * 1000))
         connection = self._connection_for(keys[0])
         checked = self._local.aof_checked
         if id(connection) not in checked:
-            self._wait_for_append_only_file(reusable(connection), wait_ms)
+            self.wait_for_append_only_file(reusable(connection), wait_ms)
             checked.add(id(connection))
         reply, connection = self._run_on_owner(script, keys, args)
-        return reply, self._wait_for_append_only_file(connection, wait_ms)
+        return reply, self.wait_for_append_only_file(connection, wait_ms)
 
-    @translate_errors
     def wait_for_wake(self, wake_keys: Sequence[str], timeout_s: float, socket_timeout_s: float) -> str | None:
         """Block on the wake lists (BLPOP, one slot) on the node owning their slot; return the key that woke, or None."""
         reply, _ = self._send(wake_keys[0], ("BLPOP", *wake_keys, timeout_s), timeout=timeout_s + socket_timeout_s)

@@ -48,21 +48,15 @@ from . import codec, layout
 from .aio import AsyncClients, send_task_enqueued
 from .channel import TelemetrySubscription, publish
 from .checks import check_backend
-from .cluster import ClusterScripts
+from .cluster import ClusterTransport
 from .enqueue_retry import aretrying, retrying
+from .errors import UNREACHABLE_ERRORS, translate_errors
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .options import parse_options
 from .partitions import by_partition
 from .replication import wait_for_replicas
 from .routing import PartitionRouting
-from .scripts import (
-    ENDED_BY_ABORT,
-    ENDED_BY_TIME_LIMIT,
-    UNREACHABLE_ERRORS,
-    EnqueueReply,
-    RedisScripts,
-    translate_errors,
-)
+from .scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT, EnqueueReply, RedisScripts
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
@@ -222,7 +216,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         if self._scripts is None:
             client = self.client
             if isinstance(client, RedisCluster):
-                self._scripts = ClusterScripts(client, self.keys)
+                transport = ClusterTransport(client)
+                self._scripts = RedisScripts(client, self.keys, transport=transport, sharded_telemetry=True)
             else:
                 self._scripts = RedisScripts(client, self.keys)
         return self._scripts

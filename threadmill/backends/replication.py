@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import redis
 
 from ..exceptions import ReplicaWaitError
-from .scripts import RedisScripts, translate_errors
+from .errors import translate_errors
+from .scripts import RedisScripts
 
 
 @translate_errors

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from . import layout
+from .errors import translate_errors
 from .keys import KeySchema
 from .partitions import partition_of
-from .scripts import translate_errors
 
 if TYPE_CHECKING:
     import redis

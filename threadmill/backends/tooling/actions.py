@@ -24,9 +24,9 @@ from ...base import UNREADABLE_PAYLOAD_ERRORS, Segment
 from ...exceptions import UnreadableTaskError
 from ...outcome import cancelled_error, mark_failed, record_abandoned
 from .. import codec
+from ..errors import translate_errors
 from ..keys import TASK_FIELDS
 from ..partitions import by_partition
-from ..scripts import translate_errors
 from .host import ToolingHost
 from .queues import NEWEST_FIRST
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...base import PausedQueue
 from ...limits import NO_LIMIT, LimitError, QueueLimit, Rate, check_partitions, decode, encode, next_token_s, overlay
-from ..scripts import translate_errors
+from ..errors import translate_errors
 from .host import ToolingHost
 
 #: What an operator can ask of a worker process: stop fetching but stay alive, or stop.

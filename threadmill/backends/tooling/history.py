@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from ..scripts import translate_errors
+from ..errors import translate_errors
 from .host import ToolingHost
 
 #: Longest history a queue keeps, minutes (its per-minute counters live 25 hours).

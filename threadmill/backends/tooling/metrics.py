@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 from ...base import Segment
 from ...limits import QueueLimit, decode, next_token_s, share
+from ..errors import translate_errors
 from ..keys import PRIORITY_BAND
-from ..scripts import translate_errors
 from ..taskstats import PathStats, parse_hash
 from .host import ToolingHost
 

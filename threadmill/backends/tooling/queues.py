@@ -16,9 +16,9 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ...base import UNREADABLE_PAYLOAD_ERRORS, Page, Segment, ThreadmillTaskResult, UnreadableTask
 from .. import codec
+from ..errors import translate_errors
 from ..keys import TASK_FIELDS
 from ..merge import ROW_WIDTH, Cursor, KeysetPage, merge_rows
-from ..scripts import translate_errors
 from .host import ToolingHost
 
 logger = logging.getLogger("threadmill.backend")

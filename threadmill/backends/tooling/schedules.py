@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .. import codec
-from ..scripts import translate_errors
+from ..errors import translate_errors
 from .host import ToolingHost
 
 

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from ...base import HeartbeatReading
-from ..scripts import translate_errors
+from ..errors import translate_errors
 from .host import ToolingHost
 
 

@@ -1,0 +1,69 @@
+"""Driver errors translated at the boundary: what redis-py raises becomes Threadmill's own exceptions.
+
+A lost connection, a timeout or a cluster without a primary for a slot is `ServerUnreachable`
+(the caller rides it out); a refusal by the server is `BackendConnectionError`; a WAITAOF
+refusal is `DurableEnqueueError` naming what to change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+
+import redis
+
+from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
+
+#: Driver errors that mean the server (or the cluster's node for a key) cannot be reached now, not a
+#: refusal: a lost connection, a timeout, and on a cluster a slot without a live primary or a
+#: redirection still wrong after a refresh of the slot map (a failover in progress).
+UNREACHABLE_ERRORS = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.AskError,
+)
+
+
+def translate_errors(method):
+    """Re-raise redis-py's errors: connection losses and timeouts as ServerUnreachable, the rest as BackendConnectionError."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except UNREACHABLE_ERRORS as e:
+            raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
+        except redis.ResponseError as e:
+            raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """The same translation as `translate_errors`, for a block (the asyncio client's calls)."""
+    try:
+        yield
+    except UNREACHABLE_ERRORS as e:
+        raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
+    except redis.ResponseError as e:
+        raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
+
+
+def durable_enqueue_error(error: redis.ResponseError) -> DurableEnqueueError:
+    """Explain a WAITAOF refusal: no append-only file, or a server too old to have WAITAOF."""
+    text = str(error)
+    if "appendonly is disabled" in text:
+        reason = (
+            "the Redis server has no append-only file (appendonly no), so it cannot confirm a task is on disk. "
+            "Turn it on (appendonly yes in its configuration, or CONFIG SET appendonly yes)"
+        )
+    elif "unknown command" in text.lower():
+        reason = "the Redis server does not know WAITAOF, which needs Redis or Valkey 7.2 or later. Upgrade the server"
+    else:
+        reason = f"the Redis server refused WAITAOF ({text}). Fix the server"
+    return DurableEnqueueError(f"The backend option fsync_enqueue is on, but {reason}, or turn fsync_enqueue off.")

@@ -1,0 +1,28 @@
+"""The Lua scripts' sources: each read from `lua/`, its `-- include:` lines filled in, and named by its SHA1."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from importlib.resources import files
+
+#: A line of a script that stands for a file of `lua/lib/` (shared local functions), as `-- include: keyset`.
+_INCLUDE = re.compile(r"^-- include: (\w+)$", re.MULTILINE)
+
+
+def script_source(name: str) -> str:
+    """Return a script's source with each `-- include: <lib>` line replaced by `lua/lib/<lib>.lua`."""
+    lua = files("threadmill.backends").joinpath("lua")
+    return _INCLUDE.sub(
+        lambda m: lua.joinpath("lib", f"{m.group(1)}.lua").read_text(), lua.joinpath(f"{name}.lua").read_text()
+    )
+
+
+class LuaScript:
+    """A script's source and its SHA1, the name EVALSHA calls it by."""
+
+    __slots__ = ("sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
