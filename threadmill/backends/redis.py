@@ -34,6 +34,7 @@ from ..exceptions import BackendConnectionError, ServerUnreachable, TaskCancelle
 from ..identity import this_process_name
 from ..integrations import otel
 from ..outcome import ended_by
+from ..redaction import redact_text, redact_url
 from ..schedules import Schedule, parse_schedules
 from ..unique import UniqueSpec, spec_for
 from . import codec, layout
@@ -204,7 +205,9 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 try:
                     self._client = RedisCluster.from_url(self.redis_url, decode_responses=False, **timeouts)
                 except UNREACHABLE_ERRORS as e:
-                    raise ServerUnreachable(f"Cannot reach the Redis Cluster at {self.redis_url}: {e}") from e
+                    raise ServerUnreachable(
+                        f"Cannot reach the Redis Cluster at {self.server_address}: {self._redacted(e)}"
+                    ) from e
             else:
                 self._client = redis.Redis.from_url(self.redis_url, decode_responses=False, **timeouts)
         return self._client
@@ -880,12 +883,22 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             self.record_partitions()
             self._layout_checked = True
 
+    @property
+    def server_address(self) -> str:
+        """REDIS_URL as every message shows it: its password and secret parameters masked."""
+        return redact_url(self.redis_url)
+
+    def _redacted(self, error: Exception) -> str:
+        return redact_text(str(error), [self.redis_url])
+
     def ping(self) -> None:
         """Raise BackendConnectionError unless the server answers."""
         try:
             self.client.ping()
         except redis.RedisError as e:
-            raise BackendConnectionError(f"Cannot reach the Redis server at {self.redis_url}: {e}") from e
+            raise BackendConnectionError(
+                f"Cannot reach the Redis server at {self.server_address}: {self._redacted(e)}"
+            ) from e
 
 
 from .broker import RedisBroker  # (public name of this module; imported last, as broker imports this one)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import redis
 
 from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
+from ..redaction import redact_text
 from . import taskstats
 from .base import Segment
 from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
@@ -76,9 +77,9 @@ def translate_errors(method):
         try:
             return method(*args, **kwargs)
         except UNREACHABLE_ERRORS as e:
-            raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
+            raise ServerUnreachable(f"Cannot reach the Redis server: {redact_text(str(e))}") from e
         except redis.ResponseError as e:
-            raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
+            raise BackendConnectionError(f"The Redis server refused a Threadmill script: {redact_text(str(e))}") from e
 
     return wrapper
 
@@ -89,9 +90,9 @@ def translated_errors() -> Iterator[None]:
     try:
         yield
     except UNREACHABLE_ERRORS as e:
-        raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
+        raise ServerUnreachable(f"Cannot reach the Redis server: {redact_text(str(e))}") from e
     except redis.ResponseError as e:
-        raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
+        raise BackendConnectionError(f"The Redis server refused a Threadmill script: {redact_text(str(e))}") from e
 
 
 def _durable_enqueue_error(error: redis.ResponseError) -> DurableEnqueueError:
