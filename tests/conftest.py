@@ -127,3 +127,14 @@ def password_server(_password_server):
     _password_server.flush()
     yield _password_server
     _password_server.flush()
+
+
+@pytest.fixture
+def eviction_policy(redis_url):
+    """Set the session Valkey's maxmemory-policy for one test (`eviction_policy("allkeys-lru")`); noeviction after."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    yield lambda policy: client.config_set("maxmemory-policy", policy)
+    client.config_set("maxmemory-policy", "noeviction")
+    client.close()

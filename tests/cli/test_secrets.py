@@ -23,7 +23,7 @@ def printed(done) -> str:
 def test_status_on_a_server_with_a_password_works_and_prints_no_password(password_server):
     done = threadmill("status", THREADMILL_TEST_REDIS_URL=password_server.url)
     assert done.returncode == 0, printed(done)
-    assert "default" in done.stdout
+    assert done.stdout.startswith(f"Backend default on redis://deploy:***@127.0.0.1:{password_server.port}/0\n")
     assert password_server.password not in printed(done)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from django.core.checks import Error
+from django.core.checks import Error, Warning
+
+from ..exceptions import BackendConnectionError
 
 if TYPE_CHECKING:
     from .redis import RedisTaskBackend
@@ -31,3 +33,19 @@ def check_backend(backend: RedisTaskBackend) -> list[Error]:
             )
         )
     return errors
+
+
+def check_server(backend: RedisTaskBackend) -> list[Error | Warning]:
+    """Return the preflight's findings on `backend`'s server, when it answers: a refused version, an evicting policy."""
+    try:
+        report = backend.preflight()
+    except BackendConnectionError:
+        return []  # reachability is not configuration: the worker and `threadmill status` report it
+    found: list[Error | Warning] = []
+    if report.refusal:
+        found.append(Error(report.refusal, hint="Upgrade the server to Redis 7.0 or later.", id="threadmill.E003"))
+    for warning in report.warnings:
+        unread = report.policy is None
+        hint = "Grant the user +info (ACL SETUSER ... +info)." if unread else "Set maxmemory-policy noeviction."
+        found.append(Warning(warning, hint=hint, id="threadmill.W002" if unread else "threadmill.W001"))
+    return found

@@ -37,7 +37,7 @@ from ..outcome import ended_by
 from ..redaction import redact_text, redact_url
 from ..schedules import Schedule, parse_schedules
 from ..unique import UniqueSpec, spec_for
-from . import codec, layout
+from . import codec, layout, preflight
 from .aio import AsyncClients, send_task_enqueued
 from .base import (
     UNREADABLE_PAYLOAD_ERRORS,
@@ -53,6 +53,7 @@ from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .limits import UNLIMITED, Acquired, LimitError, QueueLimit, check_partitions, encode, parse_rate, task_limit
 from .options import parse_options
 from .partitions import by_partition
+from .preflight import ServerReport
 from .replication import wait_for_replicas
 from .routing import PartitionRouting
 from .scripts import (
@@ -186,6 +187,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         self._aio: AsyncClients | None = None
         self._rotation = 0
         self._layout_checked = False
+        self._preflight: ServerReport | None = None
         self._init_routing()
 
     # -- connection -------------------------------------------------------------------
@@ -862,9 +864,9 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         return run_after.timestamp()
 
     def check(self, **kwargs) -> list:
-        from .checks import check_backend
+        from .checks import check_backend, check_server
 
-        return check_backend(self)
+        return check_backend(self) + check_server(self)
 
     @translate_errors
     def server_time(self) -> datetime:
@@ -890,6 +892,14 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def _redacted(self, error: Exception) -> str:
         return redact_text(str(error), [self.redis_url])
+
+    def preflight(self) -> ServerReport:
+        """Read the server's version, memory policy and persistence (one INFO) and judge them, once per instance."""
+        if self._preflight is None:
+            client = self.client_for(self.keys.workers())
+            info, unread = translate_errors(preflight.read_info)(client)
+            self._preflight = preflight.assess(info, self.server_address, unread)
+        return self._preflight
 
     def ping(self) -> None:
         """Raise BackendConnectionError unless the server answers."""

@@ -44,7 +44,8 @@ def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], Non
     """Return the Threadmill backend of `alias`, reachable, its data layout checked; CommandError naming what is wrong otherwise.
 
     An unreachable server (down, restarting, still loading its data) is tried again for up to
-    `wait_s` seconds, told once through `say`; a refused data layout is an error at once.
+    `wait_s` seconds, told once through `say`; a refused data layout is an error at once, and so
+    is a server the preflight refuses (too old), before anything is written to it.
     """
     try:
         backend = task_backends[alias]
@@ -58,6 +59,8 @@ def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], Non
     while True:
         try:
             backend.ping()
+            if refusal := backend.preflight().refusal:
+                raise CommandError(refusal)
             backend.check_layout()
             return backend
         except LayoutVersionError as e:

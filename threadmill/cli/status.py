@@ -68,7 +68,9 @@ def collect(backend, now: float) -> dict[str, Any]:
                 "held_by_task_limits": [s.path for s in held],
             }
         )
-    return {"backend": backend.alias, "queues": queues, "workers": [_worker(w) for w in workers]}
+    report = backend.preflight()
+    server = {"address": backend.server_address, "summary": report.summary(), "warnings": list(report.warnings)}
+    return {"backend": backend.alias, "server": server, "queues": queues, "workers": [_worker(w) for w in workers]}
 
 
 def _throttle(state, holding) -> str | None:
@@ -124,7 +126,10 @@ def render(status: dict[str, Any]) -> str:
         )
     if len(worker_rows) == 1:
         worker_rows.append(["(no live worker)", "", "", "", "", ""])
-    return f"Backend {status['backend']}\n\n{_table(queue_rows)}\n\n{_table(worker_rows)}"
+    server = status["server"]
+    warnings = "".join(f"\nWarning: {warning}" for warning in server["warnings"])
+    head = f"Backend {status['backend']} on {server['address']}\n{server['summary']}{warnings}"
+    return f"{head}\n\n{_table(queue_rows)}\n\n{_table(worker_rows)}"
 
 
 def _table(rows: list[list[Any]]) -> str:
