@@ -39,6 +39,13 @@ def test_manage_py_check_says_nothing_of_noeviction():
     assert done.returncode == 0 and "maxmemory-policy" not in done.stdout + done.stderr
 
 
+def test_manage_py_check_of_a_url_that_is_no_redis_url_names_it_without_a_traceback():
+    done = check(THREADMILL_TEST_REDIS_URL="http://deploy:pw-not-redis@127.0.0.1:1/0")
+    assert done.returncode == 1
+    assert "(threadmill.E002) TASKS['default']['REDIS_URL'] is not a redis://" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru"])
 def test_the_worker_warns_at_start_about_an_evicting_policy_and_runs(eviction_policy, policy):
     eviction_policy(policy)

@@ -41,6 +41,8 @@ def check_server(backend: RedisTaskBackend) -> list[Error | Warning]:
         report = backend.preflight()
     except BackendConnectionError:
         return []  # reachability is not configuration: the worker and `threadmill status` report it
+    except ValueError:
+        return []  # a REDIS_URL redis-py cannot read: threadmill.E002 names it
     found: list[Error | Warning] = []
     if report.refusal:
         found.append(Error(report.refusal, hint="Upgrade the server to Redis 7.0 or later.", id="threadmill.E003"))
