@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET
 
 from threadmill.api import metrics as api_metrics
 from threadmill.exceptions import BackendConnectionError, LayoutVersionError
+from threadmill.redaction import redact_text
 
 
 def _bearer_ok(request) -> bool:
@@ -38,7 +39,7 @@ def metrics(request):
     try:
         body = api_metrics.exposition()
     except BackendConnectionError as e:
-        return HttpResponse(f"Redis is unreachable: {e}\n", status=503, content_type="text/plain")
+        return HttpResponse(f"Redis is unreachable: {redact_text(str(e))}\n", status=503, content_type="text/plain")
     except LayoutVersionError as e:
         return HttpResponse(f"{e}\n", status=503, content_type="text/plain")
     return HttpResponse(body, content_type=api_metrics.CONTENT_TYPE_LATEST)

@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.utils.csp import CSP, build_policy
 
 from threadmill.exceptions import BackendConnectionError, LayoutVersionError
+from threadmill.redaction import redact_text
 
 #: The console's Content-Security-Policy: no inline script or style, nothing from elsewhere.
 CONSOLE_CSP: dict[str, list[str]] = {
@@ -80,5 +81,5 @@ def error_page(request, error: Exception):
     status, title = next(
         (pair for kind, pair in _STATUS.items() if isinstance(error, kind)), (503, "Redis is unreachable")
     )
-    context = {"status": status, "title": title, "reason": str(error) or title}
+    context = {"status": status, "title": title, "reason": redact_text(str(error)) or title}
     return render(request, "inspector/error.html", context, status=status)

@@ -110,3 +110,31 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def _password_server():
+    from tests.servers import start_password_server
+
+    server = start_password_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def password_server(_password_server):
+    """A Valkey of its own that admits only user `deploy` with a password (see `PasswordServer`), flushed around each test."""
+    _password_server.flush()
+    yield _password_server
+    _password_server.flush()
+
+
+@pytest.fixture
+def eviction_policy(redis_url):
+    """Set the session Valkey's maxmemory-policy for one test (`eviction_policy("allkeys-lru")`); noeviction after."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    yield lambda policy: client.config_set("maxmemory-policy", policy)
+    client.config_set("maxmemory-policy", "noeviction")
+    client.close()

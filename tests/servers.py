@@ -101,3 +101,46 @@ def wait_until_settled(backend) -> None:
     while (left := backend.heartbeat_reading().settles_in(settle_s)) > 0:
         assert time.monotonic() < deadline, f"the server is not up {settle_s:g} s after waiting that long"
         time.sleep(min(left, 0.2))
+
+
+@dataclass
+class PasswordServer:
+    """A Valkey of its own whose only enabled user is `deploy`, with a password: a deployment's server, as its REDIS_URL names it."""
+
+    server: EmbeddedValkey
+    password: str
+    user: str = "deploy"
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def url_with(self, *, password: str | None = None, port: int | None = None) -> str:
+        """Return the server's REDIS_URL, with another password or port where given."""
+        return f"redis://{self.user}:{password or self.password}@127.0.0.1:{port or self.port}/0"
+
+    @property
+    def url(self) -> str:
+        return self.url_with()
+
+    def flush(self) -> None:
+        client = redis.Redis.from_url(self.url)
+        client.flushall()
+        client.close()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def start_password_server() -> PasswordServer:
+    """Start a throwaway Valkey that refuses every client but `deploy` with its (random) password."""
+    import secrets
+
+    server = start_server("valkey")
+    password = "pw-" + secrets.token_hex(12)
+    admin = redis.Redis(port=server.port)
+    admin.execute_command("ACL", "SETUSER", "deploy", "on", f">{password}", "~*", "&*", "+@all")
+    # The default user gets a password no test knows: the server then admits `deploy` alone.
+    admin.execute_command("ACL", "SETUSER", "default", "resetpass", f">{secrets.token_hex(16)}")
+    admin.close()
+    return PasswordServer(server, password)

@@ -86,6 +86,7 @@ GROUND_FLOOR = {
     "threadmill.limits",
     "threadmill.outcome",
     "threadmill.progress",
+    "threadmill.redaction",
     "threadmill.retry",
     "threadmill.schedules",
     "threadmill.unique",

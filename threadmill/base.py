@@ -156,7 +156,7 @@ class ThreadmillTask(Task):
     unique_for: timedelta | None = None
     #: Segments the first call counts in; by default ready, deferred and running.
     unique_segments: tuple[Segment, ...] = DEFAULT_UNIQUE_SEGMENTS
-    #: Most runs of this task leased at once across every worker (`threadmill.backends.limits`); None: no limit.
+    #: Most runs of this task leased at once across every worker (`threadmill.limits`); None: no limit.
     concurrency: int | None = None
     #: Most runs of this task started per unit, "N/s", "N/m" or "N/h", across every worker; None: no limit.
     rate: str | None = None

@@ -39,6 +39,13 @@ class LayoutVersionError(ThreadmillError):
     """
 
 
+class UnsupportedServer(ThreadmillError):
+    """Raised before any write when the server is older than the oldest Redis Threadmill runs on.
+
+    The message names the server's version and the supported floor.
+    """
+
+
 class AcknowledgementTimeout(ThreadmillError):
     """Raised (and recorded as a task error) when a task's lease expired before it was acknowledged."""
 

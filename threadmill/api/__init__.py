@@ -232,7 +232,9 @@ def status_report(alias: str, now: float) -> dict[str, Any]:
                 "held_by_task_limits": [s.path for s in held],
             }
         )
-    return {"backend": backend.alias, "queues": queues, "workers": [_worker(w) for w in workers]}
+    report = backend.preflight()
+    server = {"address": backend.server_address, "summary": report.summary(), "warnings": list(report.warnings)}
+    return {"backend": backend.alias, "server": server, "queues": queues, "workers": [_worker(w) for w in workers]}
 
 
 def _throttle(state: LimitState, holding: Sequence[TaskLimitState]) -> str | None:

@@ -17,6 +17,7 @@ from django.tasks.exceptions import InvalidTaskBackend
 from ..backends.merge import Cursor, KeysetPage
 from ..backends.redis import RedisTaskBackend
 from ..base import Segment
+from ..exceptions import UnsupportedServer
 
 #: Most segment entries a filtered view scans; past it, its count is a lower bound.
 FILTER_SCAN_LIMIT = 100_000
@@ -61,11 +62,14 @@ def get_backend(alias: str) -> RedisTaskBackend:
 def reach(alias: str) -> RedisTaskBackend:
     """Return the threadmill backend of `alias` after a round trip to its server and a check of its data layout.
 
-    Raises LookupError (no such backend), BackendConnectionError (its server cannot be reached)
-    or LayoutVersionError (its stored layout is one this code cannot read).
+    Raises LookupError (no such backend), BackendConnectionError (its server cannot be reached),
+    UnsupportedServer (the preflight refuses the server: too old; checked before anything is
+    written to it) or LayoutVersionError (its stored layout is one this code cannot read).
     """
     backend = find_backend(alias)
     backend.ping()
+    if refusal := backend.preflight().refusal:
+        raise UnsupportedServer(refusal)
     backend.check_layout()
     return backend
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..backends.keys import KeySchema
 from ..identity import WorkerName
+from ..redaction import redact_text
 from ..worker.telemetry import SNAPSHOT_INTERVAL_S
 from .queues import backend_aliases, get_backend
 
@@ -245,7 +246,7 @@ class TelemetryHub:
                 self._listen()
             except Exception as e:  # noqa: BLE001 - a lost server must not end the hub; it retries
                 self.losses += 1
-                problem = f"{type(e).__name__}: {e}"
+                problem = f"{type(e).__name__}: {redact_text(str(e))}"
                 log = logger.debug if problem == last_problem else logger.warning
                 log("Telemetry subscription lost (%s); retrying in %g s.", problem, pause)
                 last_problem = problem

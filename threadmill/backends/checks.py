@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from django.core.checks import Error
+from collections.abc import Callable
 
+from django.core.checks import Error, Warning
+
+from ..exceptions import BackendConnectionError
 from .options import BackendOptions
+from .preflight import ServerReport
 
 
 def check_backend(alias: str, redis_url: str, options: BackendOptions) -> list[Error]:
@@ -27,3 +31,21 @@ def check_backend(alias: str, redis_url: str, options: BackendOptions) -> list[E
             )
         )
     return errors
+
+
+def check_server(preflight: Callable[[], ServerReport]) -> list[Error | Warning]:
+    """Return the findings of a backend's `preflight` on its server, when it answers: a refused version, an evicting policy."""
+    try:
+        report = preflight()
+    except BackendConnectionError:
+        return []  # reachability is not configuration: the worker and `threadmill status` report it
+    except ValueError:
+        return []  # a REDIS_URL redis-py cannot read: threadmill.E002 names it
+    found: list[Error | Warning] = []
+    if report.refusal:
+        found.append(Error(report.refusal, hint="Upgrade the server to Redis 7.0 or later.", id="threadmill.E003"))
+    for warning in report.warnings:
+        unread = report.policy is None
+        hint = "Grant the user +info (ACL SETUSER ... +info)." if unread else "Set maxmemory-policy noeviction."
+        found.append(Warning(warning, hint=hint, id="threadmill.W002" if unread else "threadmill.W001"))
+    return found

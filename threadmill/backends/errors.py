@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import redis
 
 from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
+from ..redaction import redact_text
 
 #: Driver errors that mean the server (or the cluster's node for a key) cannot be reached now, not a
 #: refusal: a lost connection, a timeout, and on a cluster a slot without a live primary or a
@@ -36,9 +37,9 @@ def translate_errors(method):
         try:
             return method(*args, **kwargs)
         except UNREACHABLE_ERRORS as e:
-            raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
+            raise ServerUnreachable(f"Cannot reach the Redis server: {redact_text(str(e))}") from e
         except redis.ResponseError as e:
-            raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
+            raise BackendConnectionError(f"The Redis server refused a Threadmill script: {redact_text(str(e))}") from e
 
     return wrapper
 
@@ -49,9 +50,9 @@ def translated_errors() -> Iterator[None]:
     try:
         yield
     except UNREACHABLE_ERRORS as e:
-        raise ServerUnreachable(f"Cannot reach the Redis server: {e}") from e
+        raise ServerUnreachable(f"Cannot reach the Redis server: {redact_text(str(e))}") from e
     except redis.ResponseError as e:
-        raise BackendConnectionError(f"The Redis server refused a Threadmill script: {e}") from e
+        raise BackendConnectionError(f"The Redis server refused a Threadmill script: {redact_text(str(e))}") from e
 
 
 def durable_enqueue_error(error: redis.ResponseError) -> DurableEnqueueError:

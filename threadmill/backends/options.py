@@ -54,7 +54,7 @@ class BackendOptions:
     task_timeout: float | None = None
     timeout_grace: float = DEFAULT_TIMEOUT_GRACE_S
     abort_grace: float = DEFAULT_ABORT_GRACE_S
-    #: Queue name -> its concurrency and rate limits (`threadmill.backends.limits`); runtime values win.
+    #: Queue name -> its concurrency and rate limits (`threadmill.limits`); runtime values win.
     limits: Mapping[str, QueueLimit] = field(default_factory=dict)
     #: Longest an enqueue keeps trying through a restart or failover, seconds; 0 tries once.
     enqueue_retry: float = DEFAULT_ENQUEUE_RETRY_S

@@ -42,18 +42,20 @@ from ..identity import this_process_name
 from ..integrations import otel
 from ..limits import UNLIMITED, Acquired, LimitError, QueueLimit, check_partitions, encode, parse_rate, task_limit
 from ..outcome import ended_by
+from ..redaction import redact_text, redact_url
 from ..schedules import Schedule, parse_schedules
 from ..unique import UniqueSpec, spec_for
-from . import codec, layout
+from . import codec, layout, preflight
 from .aio import AsyncClients, send_task_enqueued
 from .channel import TelemetrySubscription, publish
-from .checks import check_backend
+from .checks import check_backend, check_server
 from .cluster import ClusterTransport
 from .enqueue_retry import aretrying, retrying
 from .errors import UNREACHABLE_ERRORS, translate_errors
 from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
 from .options import parse_options
 from .partitions import by_partition
+from .preflight import ServerReport
 from .replication import wait_for_replicas
 from .routing import PartitionRouting
 from .scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT, EnqueueReply, RedisScripts
@@ -180,6 +182,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         self._aio: AsyncClients | None = None
         self._rotation = 0
         self._layout_checked = False
+        self._preflight: ServerReport | None = None
         self._init_routing()
 
     # -- connection -------------------------------------------------------------------
@@ -199,7 +202,9 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
                 try:
                     self._client = RedisCluster.from_url(self.redis_url, decode_responses=False, **timeouts)
                 except UNREACHABLE_ERRORS as e:
-                    raise ServerUnreachable(f"Cannot reach the Redis Cluster at {self.redis_url}: {e}") from e
+                    raise ServerUnreachable(
+                        f"Cannot reach the Redis Cluster at {self.server_address}: {self._redacted(e)}"
+                    ) from e
             else:
                 self._client = redis.Redis.from_url(self.redis_url, decode_responses=False, **timeouts)
         return self._client
@@ -855,7 +860,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         return run_after.timestamp()
 
     def check(self, **kwargs) -> list:
-        return check_backend(self.alias, self.redis_url, self.config)
+        return check_backend(self.alias, self.redis_url, self.config) + check_server(self.preflight)
 
     @translate_errors
     def server_time(self) -> datetime:
@@ -874,12 +879,30 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             self.record_partitions()
             self._layout_checked = True
 
+    @property
+    def server_address(self) -> str:
+        """REDIS_URL as every message shows it: its password and secret parameters masked."""
+        return redact_url(self.redis_url)
+
+    def _redacted(self, error: Exception) -> str:
+        return redact_text(str(error), [self.redis_url])
+
+    def preflight(self) -> ServerReport:
+        """Read the server's version, memory policy and persistence (one INFO) and judge them, once per instance."""
+        if self._preflight is None:
+            client = self.client_for(self.keys.workers())
+            info, unread = translate_errors(preflight.read_info)(client)
+            self._preflight = preflight.assess(info, self.server_address, unread)
+        return self._preflight
+
     def ping(self) -> None:
         """Raise BackendConnectionError unless the server answers."""
         try:
             self.client.ping()
         except redis.RedisError as e:
-            raise BackendConnectionError(f"Cannot reach the Redis server at {self.redis_url}: {e}") from e
+            raise BackendConnectionError(
+                f"Cannot reach the Redis server at {self.server_address}: {self._redacted(e)}"
+            ) from e
 
 
 __all__ = ["RedisTaskBackend", "default_worker_name"]

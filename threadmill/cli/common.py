@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from django.core.management.base import CommandError
 
 from ..api import queues
-from ..exceptions import BackendConnectionError, LayoutVersionError
+from ..exceptions import BackendConnectionError, LayoutVersionError, UnsupportedServer
 
 if TYPE_CHECKING:
     from ..backends.redis import RedisTaskBackend
@@ -46,7 +46,8 @@ def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], Non
     """Return the Threadmill backend of `alias`, reachable, its data layout checked; CommandError naming what is wrong otherwise.
 
     An unreachable server (down, restarting, still loading its data) is tried again for up to
-    `wait_s` seconds, told once through `say`; a refused data layout is an error at once.
+    `wait_s` seconds, told once through `say`; a refused data layout is an error at once, and so
+    is a server the preflight refuses (too old), before anything is written to it.
     """
     try:
         queues.find_backend(alias)
@@ -56,7 +57,7 @@ def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], Non
     while True:
         try:
             return queues.reach(alias)
-        except LayoutVersionError as e:
+        except (LayoutVersionError, UnsupportedServer) as e:
             raise CommandError(str(e)) from None
         except BackendConnectionError as e:
             if time.monotonic() + pause > deadline:

@@ -34,6 +34,7 @@ from django.utils.module_loading import import_string
 from ..embedded import DEFAULT_EMBEDDED_PORT, EmbeddedValkey, redis_url_from_environment
 from ..exceptions import EmbeddedServerError
 from ..lifeline import die_with_parent
+from ..redaction import redact_url
 from ..worker.config import EXIT_INTERRUPTED
 from .common import seconds
 
@@ -155,7 +156,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
 
 def _start_valkey(command: BaseCommand, options: dict[str, Any]) -> EmbeddedValkey | None:
     if redis_url_from_environment():
-        command.stdout.write(f"Using the Redis server at REDIS_URL ({os.environ['REDIS_URL']}).")
+        command.stdout.write(f"Using the Redis server at REDIS_URL ({redact_url(os.environ['REDIS_URL'])}).")
         return None
     data_dir = options["valkey_dir"] or Path(getattr(settings, "BASE_DIR", Path.cwd())) / "var" / "valkey"
     try:

@@ -73,7 +73,10 @@ def render(status: dict[str, Any]) -> str:
         )
     if len(worker_rows) == 1:
         worker_rows.append(["(no live worker)", "", "", "", "", ""])
-    return f"Backend {status['backend']}\n\n{_table(queue_rows)}\n\n{_table(worker_rows)}"
+    server = status["server"]
+    warnings = "".join(f"\nWarning: {warning}" for warning in server["warnings"])
+    head = f"Backend {status['backend']} on {server['address']}\n{server['summary']}{warnings}"
+    return f"{head}\n\n{_table(queue_rows)}\n\n{_table(worker_rows)}"
 
 
 def _table(rows: list[list[Any]]) -> str:

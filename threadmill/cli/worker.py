@@ -19,6 +19,8 @@ from ..worker.prefetch import AUTO_MAX_SIZE, COLD_PER_THREAD, DEFAULT_WINDOW_S, 
 from ..worker.supervisor import Supervisor
 from .common import add_backend_argument, known_queues, seconds, threadmill_backend
 
+logger = logging.getLogger("threadmill.worker")
+
 #: Default longest time `worker` keeps trying an unreachable server at start, seconds.
 DEFAULT_WAIT_FOR_SERVER_S = 60.0
 
@@ -193,6 +195,8 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         verbosity=options["verbosity"],
     )
     configure(config.log_format, config.verbosity)
+    for warning in backend.preflight().warnings:
+        logger.warning("%s", warning)
     code = Supervisor(backend, config).run()
     if getattr(command, "_called_from_command_line", False):
         _exit_now(code)

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from ..redaction import redact_text
+
 if TYPE_CHECKING:
     from .process import WorkerProcess
 
@@ -100,7 +102,7 @@ class TelemetryPublisher:
             call()
         except Exception as e:  # noqa: BLE001 - telemetry must never stop the worker
             if not self._failing:
-                logger.warning("Sending worker telemetry failed: %s", e)
+                logger.warning("Sending worker telemetry failed: %s", redact_text(str(e)))
             self._failing = True
             return False
         self._failing = False
