@@ -6,7 +6,7 @@ import pytest
 from django.tasks.signals import task_enqueued
 
 from tests.tasks import echo
-from threadmill.backends import redis as redis_backend
+from threadmill.backends import enqueue as enqueue_module
 from threadmill.base import Segment
 
 
@@ -34,7 +34,7 @@ def test_enqueue_many_stores_every_task_in_order_in_one_script_call(backend, raw
 
 
 def test_enqueue_many_takes_one_call_per_batch(backend, raw, monkeypatch):
-    monkeypatch.setattr(redis_backend, "ENQUEUE_BATCH", 100)
+    monkeypatch.setattr(enqueue_module, "ENQUEUE_BATCH", 100)
     raw.config_resetstat()
     backend.enqueue_many(echo, [([i], {}) for i in range(250)])
     assert _script_calls(raw) == 3

@@ -35,7 +35,7 @@ def _seed(backend, queue_name: str, count: int) -> None:
     """Enqueue `count` echo tasks through the real enqueue script and its wrapper, pipelined in batches."""
     from tests.tasks import echo
     from threadmill.backends import codec
-    from threadmill.backends.redis import PRIORITY_BAND
+    from threadmill.backends.keys import PRIORITY_BAND
     from threadmill.backends.scripts import RedisScripts
     from threadmill.base import Segment
 

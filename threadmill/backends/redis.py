@@ -8,7 +8,6 @@ state change is one Lua script; a payload this code cannot read is quarantined i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -19,14 +18,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import redis
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
-from django.utils.json import normalize_json
 from redis.cluster import RedisCluster
 
 from ..attempts import attempt_record
@@ -39,32 +35,27 @@ from ..base import (
 )
 from ..exceptions import BackendConnectionError, ServerUnreachable, TaskCancelled, TaskTimeout, UnreadableTaskError
 from ..identity import this_process_name
-from ..integrations import otel
-from ..limits import UNLIMITED, Acquired, LimitError, QueueLimit, check_partitions, encode, parse_rate, task_limit
+from ..limits import UNLIMITED, Acquired, LimitError, QueueLimit, check_partitions, encode, parse_rate
 from ..outcome import ended_by
 from ..redaction import redact_text, redact_url
 from ..schedules import Schedule, parse_schedules
-from ..unique import UniqueSpec, spec_for
 from . import codec, layout, preflight
-from .aio import AsyncClients, send_task_enqueued
+from .aio import AsyncClients
 from .channel import TelemetrySubscription, publish
 from .checks import check_backend, check_server
 from .cluster import ClusterTransport
-from .enqueue_retry import aretrying, retrying
+from .enqueue import Enqueuer
 from .errors import UNREACHABLE_ERRORS, translate_errors
-from .keys import PRIORITY_BAND, TASK_FIELDS, KeySchema
+from .keys import TASK_FIELDS, KeySchema
 from .options import parse_options
 from .partitions import by_partition
 from .preflight import ServerReport
-from .replication import wait_for_replicas
 from .routing import PartitionRouting
-from .scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT, EnqueueReply, RedisScripts
+from .scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT, RedisScripts
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 
 logger = logging.getLogger("threadmill.backend")
 
-#: Most tasks `enqueue_many` stores in one script call.
-ENQUEUE_BATCH = 1000
 #: Seconds a token that wakes one worker process is kept, should the process be gone.
 WORKER_WAKE_TTL_S = 60
 #: Most running entries of one queue `release_unanswered` looks through.
@@ -77,30 +68,6 @@ _ENDED_BY: dict[type[BaseException] | None, str] = {TaskTimeout: ENDED_BY_TIME_L
 _ON_RESULT: Any = object()
 
 
-class PreparedTask(NamedTuple):
-    """A new task encoded for the enqueue script, with what its result needs."""
-
-    id: str
-    payload: str
-    segment: Segment
-    ready_score: str
-    score: str
-    args: Any
-    kwargs: Any
-    now: float
-    #: Its uniqueness, None for a task that is not unique.
-    unique: UniqueSpec | None = None
-    #: The partition it is written to, None with one partition.
-    partition: int | None = None
-    #: The W3C trace context stored with it, None without tracing.
-    trace: dict[str, str] | None = None
-
-    @property
-    def entry(self) -> tuple[str, str, Segment, str, str]:
-        """What the enqueue script takes for this task: id, payload, segment, ready score, score."""
-        return (self.id, self.payload, self.segment, self.ready_score, self.score)
-
-
 class RequeueRead(NamedTuple):
     """A task as `requeue(task_id)` read it: the move is fenced by it, so a task that moved since stays."""
 
@@ -109,27 +76,6 @@ class RequeueRead(NamedTuple):
     segment: str
     token: str
     document: str
-
-
-def _call(index: int, call: Any) -> tuple[Any, Any]:
-    """Return one (args, kwargs) element of enqueue_many's calls, or raise TypeError naming it."""
-    try:
-        args, kwargs = call
-    except (TypeError, ValueError):
-        raise TypeError(f"enqueue_many's calls[{index}] must be an (args, kwargs) pair, not {call!r}.") from None
-    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence) or not isinstance(kwargs, Mapping):
-        raise TypeError(f"enqueue_many's calls[{index}] must be a (list, dict) pair, not {call!r}.")
-    return args, kwargs
-
-
-def by_partition_of(batch: list[PreparedTask]) -> list[tuple[list[int], list[PreparedTask]]]:
-    """Split one batch into the tasks of each partition it writes to, with their indices in the batch."""
-    groups: dict[int | None, tuple[list[int], list[PreparedTask]]] = {}
-    for index, prepared in enumerate(batch):
-        indices, tasks = groups.setdefault(prepared.partition, ([], []))
-        indices.append(index)
-        tasks.append(prepared)
-    return list(groups.values())
 
 
 def _abort_request(stored: bytes) -> dict[str, Any]:
@@ -180,6 +126,8 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         self._client: redis.Redis | RedisCluster | None = None
         self._scripts: RedisScripts | None = None
         self._aio: AsyncClients | None = None
+        #: Prepares and stores what this backend enqueues.
+        self.enqueuer = Enqueuer(self)
         self._rotation = 0
         self._layout_checked = False
         self._preflight: ServerReport | None = None
@@ -245,14 +193,7 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         self.validate_task(task)
-        if otel.tracer is not None and otel.is_set_up():
-            with otel.sending(self.alias, task, 1) as trace:
-                return self._enqueue_one(task, args, kwargs, trace)
-        return self._enqueue_one(task, args, kwargs, None)
-
-    def _enqueue_one(self, task, args, kwargs, trace: dict[str, str] | None) -> ThreadmillTaskResult:
-        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition(), trace)
-        return self._enqueue_prepared(task, [prepared], prepared.partition)[0]
+        return self.enqueuer.enqueue(task, args, kwargs)
 
     async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         """`enqueue` on the running event loop's own connection, without tying up a thread."""
@@ -261,242 +202,20 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
             # Django's aenqueue returns what our `enqueue` does; its stub says only TaskResult.
             return await super().aenqueue(task, args, kwargs)  # type: ignore[return-value]
         self.validate_task(task)
-        if otel.tracer is not None and otel.is_set_up():
-            with otel.sending(self.alias, task, 1) as trace:
-                return await self._aenqueue_one(task, args, kwargs, trace)
-        return await self._aenqueue_one(task, args, kwargs, None)
-
-    async def _aenqueue_one(self, task, args, kwargs, trace: dict[str, str] | None) -> ThreadmillTaskResult:
-        prepared = self._prepare(task, args, kwargs, time.time(), self.next_enqueue_partition(), trace)
-        if prepared.partition is not None and not self._layout_checked:
-            await sync_to_async(self.check_layout)()
-        scripts = self.scripts_for(prepared.partition or 0)
-        keys, script_args = scripts.enqueue_call(
-            task.queue_name,
-            [prepared.entry],
-            int(prepared.now // 60),
-            unique=[prepared.unique],
-            task_limit=task_limit(task),
-        )
-        raw, retries = await aretrying(
-            self.config.enqueue_retry, (prepared,), lambda: self.aio.run(scripts.enqueue_script, keys, script_args)
-        )
-        reply = EnqueueReply.read(raw).without_own([prepared])
-        if retries:
-            await sync_to_async(self._count_retries)(scripts.keys.totals(task.queue_name), retries, 1 - reply.stored)
-        if reply.holders:
-            return await sync_to_async(self._duplicate)(task, reply.holders[0], prepared)
-        result = self._new_result(task, prepared)
-        await send_task_enqueued(type(self), result)
-        return result
+        return await self.enqueuer.aenqueue(task, args, kwargs)
 
     def enqueue_scheduled(
         self, schedule: Schedule, tick: datetime | None, *, first_offer: bool = False
     ) -> ThreadmillTaskResult | None:
-        """Enqueue one run of `schedule` for `tick` unless a run for it (or a later tick) was enqueued already.
-
-        The check and the enqueue are one script call, so any number of brokers enqueue a tick
-        once. `tick` None runs it now (an operator's "run now"), whatever the schedule's state.
-        `first_offer` says the caller has not offered this schedule before: if the cron or zone
-        recorded with the last tick differ, the schedule was edited and starts at its next tick.
-        Returns the result, or None when the guard refused (paused, already enqueued, first sight, edited).
-        """
-        task = schedule.task()
-        self.validate_task(task)
-        # Partition 0, which holds the schedules hash the guard reads.
-        partition = None if self.partition_count == 1 else 0
-        prepared = self._prepare(task, schedule.args, schedule.kwargs, time.time(), partition, pinned=True)
-        guard = (schedule.name, "" if tick is None else repr(tick.timestamp()), schedule.timing, str(int(first_offer)))
-        reply = self.scripts.enqueue_many(
-            task.queue_name,
-            [prepared.entry],
-            int(prepared.now // 60),
-            schedule=guard,
-            unique=[prepared.unique],
-            task_limit=task_limit(task),
-        )
-        if not reply.stored:
-            return None
-        result = self._new_result(task, prepared)
-        task_enqueued.send(type(self), task_result=result)
-        return result
+        """Enqueue one run of `schedule` for `tick` unless a run for it was enqueued already (`Enqueuer.enqueue_scheduled`)."""
+        return self.enqueuer.enqueue_scheduled(schedule, tick, first_offer=first_offer)
 
     def enqueue_many(
         self, task, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
     ) -> list[ThreadmillTaskResult]:
-        """Enqueue `task` once for each (args, kwargs) of `calls`, in one script call per `ENQUEUE_BATCH`.
-
-        Every call's arguments are checked and encoded before anything is written, so bad
-        arguments for one fail the whole call. Returns the results in the order of `calls`
-        and sends `task_enqueued` for each stored one (a unique task's duplicate is returned
-        as its holder, `duplicate` set). With partitions, each script call writes to one.
-        """
+        """Enqueue `task` once for each (args, kwargs) of `calls`, checked before anything is written (`Enqueuer.enqueue_many`)."""
         self.validate_task(task)
-        calls = [_call(i, call) for i, call in enumerate(calls)]
-        if otel.tracer is not None and otel.is_set_up():
-            with otel.sending(self.alias, task, len(calls)) as trace:
-                return self._enqueue_calls(task, calls, trace)
-        return self._enqueue_calls(task, calls, None)
-
-    def _enqueue_calls(
-        self, task, calls: list[tuple[Any, Any]], trace: dict[str, str] | None
-    ) -> list[ThreadmillTaskResult]:
-        now = time.time()
-        batches = []
-        for start in range(0, len(calls), ENQUEUE_BATCH):
-            partition = self.next_enqueue_partition()
-            batch = [self._prepare(task, *call, now, partition, trace) for call in calls[start : start + ENQUEUE_BATCH]]
-            batches += [([start + i for i in indices], group) for indices, group in by_partition_of(batch)]
-        results: list[ThreadmillTaskResult] = [None] * len(calls)  # type: ignore[list-item]
-        for indices, batch in batches:
-            for index, result in zip(indices, self._enqueue_prepared(task, batch, batch[0].partition), strict=True):
-                results[index] = result
-        return results
-
-    def _prepare(
-        self,
-        task,
-        args,
-        kwargs,
-        now: float,
-        partition: int | None = None,
-        trace: dict[str, str] | None = None,
-        *,
-        pinned: bool = False,
-    ) -> PreparedTask:
-        args, kwargs = normalize_json(args), normalize_json(kwargs)
-        unique = spec_for(task, args, kwargs)
-        if unique is not None and partition is not None and not pinned:
-            # Every enqueue of one key goes to one partition, whose keys hold it.
-            partition = int(unique.digest[:8], 16) % self.partition_count
-        task_id = codec.new_task_id(partition)
-        payload = codec.encode_new(task, task_id, args, kwargs, now, trace)
-        ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
-        if task.run_after is not None:
-            segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
-        else:
-            segment, score = Segment.READY, ready_score
-        return PreparedTask(
-            task_id,
-            payload,
-            segment,
-            ready_score,
-            score,
-            args,
-            kwargs,
-            now,
-            unique=unique,
-            partition=partition,
-            trace=trace,
-        )
-
-    def _enqueue_prepared(
-        self, task, prepared: list[PreparedTask], partition: int | None = None
-    ) -> list[ThreadmillTaskResult]:
-        # WAITAOF waits at most half the socket timeout, so the server's own "not yet" arrives
-        # before the client would give the connection up as lost.
-        durable_within_s = self.config.socket_timeout / 2 if self.config.fsync_enqueue else None
-        if partition is not None:
-            self.check_layout()  # stamps the partitioned layout and this P before the first partitioned task
-        entries = [p.entry for p in prepared]
-        scripts = self.scripts_for(partition or 0)
-        unique = [p.unique for p in prepared] if getattr(task, "unique", False) else ()
-        minute = int(prepared[0].now // 60)
-        limit = task_limit(task)
-
-        def send() -> EnqueueReply:
-            reply = scripts.enqueue_many(
-                task.queue_name, entries, minute, durable_within_s, unique=unique, task_limit=limit
-            )
-            if self.config.wait_replicas:
-                # As WAITAOF's, the wait ends before the client would give the connection up as lost.
-                ids = [p.id for p in prepared]
-                translate_errors(wait_for_replicas)(
-                    scripts, scripts.keys.queues(), self.config.wait_replicas, self.config.socket_timeout / 2, ids
-                )
-            return reply
-
-        reply, retries = retrying(self.config.enqueue_retry, entries, send)
-        reply = reply.without_own(prepared)
-        if retries:
-            self._count_retries(
-                scripts.keys.totals(task.queue_name), retries, len(entries) - reply.stored - len(reply.holders)
-            )
-        duplicates = self._duplicates(task, reply.holders, prepared) if reply.holders else {}
-        results = []
-        for index, p in enumerate(prepared):
-            if index in duplicates:
-                results.append(duplicates[index])
-                continue
-            result = self._new_result(task, p)
-            task_enqueued.send(type(self), task_result=result)
-            results.append(result)
-        return results
-
-    def _count_retries(self, totals_key: str, retries: int, already_stored: int) -> None:
-        """Count a retried enqueue call in its queue's totals (for metrics); a failure to count is only logged."""
-        logger.info(
-            "An enqueue call succeeded after %d retries (%d of its tasks were already stored).", retries, already_stored
-        )
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hincrby(totals_key, "enqueue_retries", retries)
-            if already_stored:
-                pipe.hincrby(totals_key, "already_stored", already_stored)
-            pipe.execute()
-        except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
-            logger.warning("Counting an enqueue call's %d retries failed: %s", retries, e)
-
-    def _duplicate(self, task, holder_id: str, prepared: PreparedTask) -> ThreadmillTaskResult:
-        """Return the stored task `holder_id`, which holds the uniqueness key `prepared` asked for, as a duplicate."""
-        return self._duplicates(task, {0: holder_id}, [prepared])[0]
-
-    @translate_errors
-    def _duplicates(
-        self, task, holders: dict[int, str], prepared: list[PreparedTask]
-    ) -> dict[int, ThreadmillTaskResult]:
-        """Read each entry's holder (entry index -> holder id) in one round trip, as duplicates."""
-        ids = sorted(set(holders.values()))
-        pipe = self.client.pipeline(transaction=False)
-        for holder in ids:
-            keys = self.task_keys(holder)
-            pipe.hmget(keys.task(holder), TASK_FIELDS)
-            pipe.get(keys.result(holder))
-        replies = pipe.execute()
-        stored: dict[str, ThreadmillTaskResult] = {}
-        for i, holder in enumerate(ids):
-            try:
-                stored[holder] = self._stored_result(holder, replies[2 * i], replies[2 * i + 1])
-            except TaskResultDoesNotExist:
-                pass  # removed (purged, expired) since the script call, where it held the key
-        return {
-            index: dataclasses.replace(
-                stored.get(holder) or self._new_result(task, prepared[index]._replace(id=holder)), duplicate=True
-            )
-            for index, holder in holders.items()
-        }
-
-    def _new_result(self, task, prepared: PreparedTask) -> ThreadmillTaskResult:
-        return ThreadmillTaskResult(
-            task=task,
-            id=prepared.id,
-            status=TaskResultStatus.READY,
-            enqueued_at=datetime.fromtimestamp(prepared.now, UTC),
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=prepared.args,
-            kwargs=prepared.kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-            segment=prepared.segment,
-            unique_key=self._unique_key(prepared),
-            trace_context=prepared.trace,
-        )
-
-    def _unique_key(self, prepared: PreparedTask) -> str:
-        return "" if prepared.unique is None else self.keys_for(prepared.partition or 0).unique(prepared.unique.digest)
+        return self.enqueuer.enqueue_many(task, calls)
 
     @translate_errors
     def get_result(self, result_id: str) -> ThreadmillTaskResult:
@@ -506,15 +225,16 @@ class RedisTaskBackend(PartitionRouting, RedisTooling, BaseTaskBackend):
         pipe.hmget(keys.task(result_id), TASK_FIELDS)
         pipe.get(keys.result(result_id))
         fields, old_layout_result = pipe.execute()
-        return self._stored_result(result_id, fields, old_layout_result)
+        return self.stored_result(result_id, fields, old_layout_result)
 
     async def aget_result(self, result_id: str) -> ThreadmillTaskResult:
         """`get_result` on the running event loop's own connection, without a thread."""
         keys = self.task_keys(result_id)
         fields, old_layout_result = await self.aio.read_task(keys.task(result_id), keys.result(result_id), TASK_FIELDS)
-        return self._stored_result(result_id, fields, old_layout_result)
+        return self.stored_result(result_id, fields, old_layout_result)
 
-    def _stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult:
+    def stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult:
+        """Return the task a read of its hash (`TASK_FIELDS`) and its layout-1 result key found; TaskResultDoesNotExist when none."""
         # A result lives in the task hash; layout 1 kept it in a key of its own, read until it expires.
         data, _, segment, started_at, worker, lease_started, token, read_error, stored_result = fields[:9]
         progress, metadata, attempts, unique_key = fields[9:13]
