@@ -224,3 +224,188 @@ def test_filter_matches_every_needle_as_plain_text_in_the_document(lua, data, re
     body = "local function given(x) return x ~= '' and x end\n"
     body += "return filter_matches(ARGV[1], given(ARGV[2]), given(ARGV[3]), ARGV, 4, #ARGV) and 1 or 0"
     assert lua(["filter"], body, args=[data, result, read_error, *needles]) == int(matches)
+
+
+# lease
+
+LEASE = ["chunked", "lease"]
+
+
+def _ids(reply: list, start: int = 0) -> list[bytes]:
+    """The ids of acquire-shaped rows (id, data, started_at, token, queue index, worker_losses) from `start`."""
+    return reply[start::6]
+
+
+def test_new_leases_leases_each_task_beside_its_payload_and_records_each_queue_once(lua, raw):
+    raw.hset("t:task:a", mapping={"data": "A", "segment": "ready"})
+    raw.hset("t:task:b", mapping={"data": "B", "started_at": "50.000000", "worker_losses": "1"})
+    body = """
+    local out = {}
+    local leases = new_leases('t:task:', 'w', 'tok', '100.000000', '400.000000', out)
+    leases.lease('a', 1)
+    leases.lease('gone', 1)  -- no hash: skipped, no token spent
+    leases.lease('b', 2)
+    leases.record({{running = KEYS[1]}, {running = KEYS[2]}})
+    out[#out + 1] = leases.count
+    out[#out + 1] = leases.taken[1]
+    return out
+    """
+    reply = lua(LEASE, body, ["t:running:1", "t:running:2"])
+    assert reply == [b"a", b"A", b"100.000000", b"tok:1", 1, None, b"b", b"B", b"50.000000", b"tok:2", 2, b"1", 2, 1]
+    assert raw.hgetall("t:task:a") == {
+        b"data": b"A",
+        b"segment": b"running",
+        b"lease_worker": b"w",
+        b"lease_started_at": b"100.000000",
+        b"lease_token": b"tok:1",
+        b"started_at": b"100.000000",
+    }
+    assert raw.hget("t:task:b", "started_at") == b"50.000000"  # a second attempt keeps the first start
+    assert raw.hget("t:task:b", "progress") == b"tok:2 leased"  # a suspect's lease is marked
+    assert raw.zrange("t:running:1", 0, -1, withscores=True) == [(b"a", 400.0)]
+    assert raw.zrange("t:running:2", 0, -1, withscores=True) == [(b"b", 400.0)]
+    assert not raw.exists("t:task:gone")
+
+
+# round_robin
+
+TURNS = ["chunked", "limits", "rate_tokens", "lease", "queue_limits", "round_robin"]
+TURNS_BODY = """
+local out = {}
+local leases = new_leases('t:task:', 'w', 'tok', '1', '2', out)
+local queues = {}
+for q = 1, #KEYS do
+  queues[q] = {ready = KEYS[q], running = KEYS[q] .. ':running', wake = KEYS[q] .. ':wake', name = 'q' .. q,
+    paused = ARGV[2] == tostring(q)}
+end
+local limits = {room = {}, concurrency = {}, rate = {}}
+if ARGV[3] ~= '' then
+  limits.room[tonumber(ARGV[3])] = 1
+end
+local left = lease_round_robin(queues, tonumber(ARGV[1]), leases, limits, nil)
+out[#out + 1] = left and 1 or 0  -- after the call: the rows are appended to `out` as it runs
+return out
+"""
+
+
+@pytest.fixture
+def three_queues(raw):
+    for queue, ids in (("t:q1", ["a1", "a2", "a3"]), ("t:q2", ["b1", "b2"]), ("t:q3", ["c1"])):
+        raw.zadd(queue, {task_id: i for i, task_id in enumerate(ids)})
+        for task_id in ids:
+            raw.hset(f"t:task:{task_id}", "data", task_id)
+    return ["t:q1", "t:q2", "t:q3"]
+
+
+@pytest.mark.parametrize(
+    ("count", "paused", "limited", "ids", "left"),
+    [
+        (10, "", "2", [b"a1", b"b1", b"c1", b"a2", b"a3"], 0),  # q2 drops out at its room of 1, q3 when empty
+        (3, "", "2", [b"a1", b"b1", b"c1"], 1),  # the call is full with tasks left
+        (10, "1", "", [b"b1", b"c1", b"b2"], 0),  # a paused queue takes no turn
+    ],
+)
+def test_lease_round_robin_gives_each_queue_a_turn_until_it_is_out_or_at_its_limit(
+    lua, three_queues, count, paused, limited, ids, left
+):
+    reply = lua(TURNS, TURNS_BODY, three_queues, [count, paused, limited])
+    assert _ids(reply[:-1]) == ids
+    assert reply[-1] == left
+
+
+def test_lease_round_robin_serves_one_queue_in_one_batch_up_to_its_room(lua, three_queues, raw):
+    reply = lua(TURNS, TURNS_BODY, three_queues[:1], [10, "", "1"])
+    assert _ids(reply[:-1]) == [b"a1"]
+    assert reply[-1] == 0  # fewer than the count: no token passed on
+    reply = lua(TURNS, TURNS_BODY, three_queues[:1], [2, "", ""])
+    assert _ids(reply[:-1]) == [b"a2", b"a3"]
+    assert reply[-1] == 1
+
+
+def test_pass_the_token_on_wakes_the_first_queue_that_may_lease_and_has_no_token(lua, three_queues, raw):
+    body = """
+    local queues = {}
+    for q = 1, #KEYS do
+      queues[q] = {ready = KEYS[q], wake = KEYS[q] .. ':wake', paused = q == 1}
+    end
+    pass_the_token_on(queues, {room = {[2] = 0}}, {})
+    return 1
+    """
+    lua(TURNS, body, three_queues)
+    assert [raw.llen(f"{queue}:wake") for queue in three_queues] == [0, 0, 1]
+    lua(TURNS, body, three_queues)
+    assert raw.llen("t:q3:wake") == 1  # a token nobody took yet ends the chain
+
+
+# task_limits and look
+
+LOOK = ["chunked", "limits", "rate_tokens", "lease", "task_limits", "look"]
+
+
+def test_task_limits_drop_stale_members_once_the_limit_binds_and_hold_at_the_share(lua, raw):
+    raw.hset("t:specs", mapping={"p.c": "2||", "p.r": "|1|60"})
+    raw.sadd("lim:p.c:running", "live", "old")
+    raw.hset("t:task:live", "segment", "running")
+    raw.hset("t:task:old", "segment", "successful")
+    body = """
+    local paths = task_limits(KEYS[1], 'lim:', 't:task:', 0, 1, 1000)
+    local out = {}
+    local function admits(path, q) out[#out + 1] = paths.admits(path, q) and 1 or 0 end
+    admits('p.c', 1)  -- 2 members, one stale: recounted to 1, so one more fits
+    paths.took('p.c', 'n1')
+    admits('p.c', 1)
+    admits('p.r', 2)
+    paths.took('p.r', 'n2')
+    admits('p.r', 2)
+    admits('p.none', 2)
+    out[#out + 1] = paths.held[1] and 1 or 0
+    out[#out + 1] = paths.held[2] and 1 or 0
+    out[#out + 1] = tostring(paths.record('1000.000000'))
+    return out
+    """
+    assert lua(LOOK, body, ["t:specs"]) == [1, 0, 1, 0, 1, 1, 0, b"60"]
+    assert raw.smembers("lim:p.c:running") == {b"live", b"n1"}
+    assert raw.lrange("lim:p.r:lease-times", 0, -1) == [b"1000.000000"]
+
+
+@pytest.fixture
+def held_head(raw):
+    raw.hset("t:specs", "p.c", "1||")
+    raw.sadd("lim:p.c:running", "x")
+    raw.hset("t:task:x", "segment", "running")
+    ids = ["h1", "t2", "h3", "t4"]
+    raw.zadd("t:ready", {task_id: i for i, task_id in enumerate(ids)})
+    for task_id in ids:
+        raw.hset(f"t:task:{task_id}", "data", task_id)
+        if task_id.startswith("h"):
+            raw.hset(f"t:task:{task_id}", "limit_path", "p.c")
+
+
+LOOK_BODY = """
+local out = {}
+local leases = new_leases('t:task:', 'w', 'tok', '1', '2', out)
+local paths = task_limits(KEYS[2], 'lim:', 't:task:', 0, 1, 1000)
+local queues = {{ready = KEYS[1], name = 'q1'}}
+local look = looks(queues, 1, tonumber(ARGV[1]), 't:task:', leases, paths)
+local got = 0
+while look.lease_next(1) do
+  got = got + 1
+end
+look.record(KEYS[3])
+out[#out + 1] = got
+return out
+"""
+
+
+def test_a_look_leases_past_a_held_head_and_leaves_it_in_place(lua, raw, held_head):
+    reply = lua(LOOK, LOOK_BODY, ["t:ready", "t:specs", "t:held"], [100])
+    assert _ids(reply[:-1]) == [b"t2", b"t4"]
+    assert reply[-1] == 2
+    assert raw.zrange("t:ready", 0, -1) == [b"h1", b"h3"]
+    assert raw.hgetall("t:held") == {b"q1": b"1"}
+
+
+def test_a_look_reads_no_further_than_its_limit(lua, raw, held_head):
+    reply = lua(LOOK, LOOK_BODY, ["t:ready", "t:specs", "t:held"], [2])
+    assert _ids(reply[:-1]) == [b"t2"]
+    assert raw.zrange("t:ready", 0, -1) == [b"h1", b"h3", b"t4"]
