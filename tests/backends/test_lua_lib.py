@@ -48,8 +48,6 @@ def test_every_script_loads_with_its_includes(raw, name):
 
 
 # limits
-
-
 def test_the_lua_share_agrees_with_the_python_share_over_a_grid(lua):
     # One call computes the whole grid: limits 1..60 over 1..8 partitions, every partition.
     body = """
@@ -78,7 +76,11 @@ def test_the_lua_share_agrees_with_the_python_share_over_a_grid(lua):
     ],
 )
 def test_share_splits_a_limit_so_the_shares_add_up(lua, total, partitions, shares):
-    body = "local out = {} for p = 0, tonumber(ARGV[2]) - 1 do out[#out + 1] = share(tonumber(ARGV[1]), p, tonumber(ARGV[2])) end return out"
+    body = """
+    local out, total, partitions = {}, tonumber(ARGV[1]), tonumber(ARGV[2])
+    for p = 0, partitions - 1 do out[#out + 1] = share(total, p, partitions) end
+    return out
+    """
     assert lua(["limits"], body, args=[total, partitions]) == shares
     assert sum(shares) == total
 
@@ -119,8 +121,6 @@ def test_limit_overlay_takes_each_non_empty_part_of_the_top_limit(lua, base, ove
 
 
 # chunked
-
-
 @pytest.mark.parametrize("length", [0, 1, 500, 501, 1203])
 def test_call_chunked_sends_every_element_in_order(lua, raw, length):
     body = (
@@ -205,8 +205,6 @@ def test_held_reply_says_the_soonest_token_else_concurrency_else_nothing(lua, wa
 
 
 # filter
-
-
 @pytest.mark.parametrize(
     ("data", "result", "read_error", "needles", "matches"),
     [
@@ -231,9 +229,9 @@ def test_filter_matches_every_needle_as_plain_text_in_the_document(lua, data, re
 LEASE = ["chunked", "lease"]
 
 
-def _ids(reply: list, start: int = 0) -> list[bytes]:
-    """The ids of acquire-shaped rows (id, data, started_at, token, queue index, worker_losses) from `start`."""
-    return reply[start::6]
+def _ids(rows: list) -> list[bytes]:
+    """The ids of acquire-shaped rows: id, data, started_at, token, queue index, worker_losses."""
+    return rows[::6]
 
 
 def test_new_leases_leases_each_task_beside_its_payload_and_records_each_queue_once(lua, raw):

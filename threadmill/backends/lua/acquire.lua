@@ -77,10 +77,11 @@ local tasks_left = lease_round_robin(queues, count, leases, limits, look)
 leases.record(queues)
 local wait = record_queue_limits(limits, queues, leases.taken, held_key, now_text, now)
 look.record(held_key)
-out[#out + 1] = held_reply(wait, paths.record(now_text), next(paths.held) ~= nil)
+local held = held_reply(wait, paths.record(now_text), next(paths.held) ~= nil)
 
 -- 6. A full batch that leaves tasks behind wakes one more idle worker.
 if tasks_left then
   pass_the_token_on(queues, limits, leases.taken)
 end
+out[#out + 1] = held
 return out
