@@ -49,26 +49,28 @@ local now_text = string.format('%.6f', now)
 local out = {time[1], time[2]}
 local leases = new_leases(task_prefix, ARGV[3], ARGV[5], now_text, string.format('%.6f', now + tonumber(ARGV[4])), out)
 
--- 1. Each queue's keys and settings, and whether it is paused (then it is skipped in this same call).
+-- 1. Each queue's keys and settings; whether it is paused (then it is skipped in this same call), and
+--    whether it is marked as holding tasks with a per-task limit (then it is read with a look).
 local paused = redis.call('HMGET', KEYS[3 * n + 2], unpack(ARGV, 6, 5 + n))
-local queues = {}
+local runtime = redis.call('HMGET', KEYS[3 * n + 3], unpack(ARGV, 6, 5 + n))
+local marked = redis.call('HMGET', KEYS[4 * n + 5], unpack(ARGV, 6, 5 + n))
+local queues, any_marked = {}, false
 for q = 1, n do
   queues[q] = {ready = KEYS[q], running = KEYS[n + q], wake = KEYS[2 * n + 1 + q], lease_times = KEYS[3 * n + 4 + q],
-    name = ARGV[5 + q], setting = ARGV[5 + n + q], paused = paused[q]}
+    name = ARGV[5 + q], setting = ARGV[5 + n + q], paused = paused[q], marked = marked[q]}
+  any_marked = any_marked or marked[q]
 end
 
 -- 2. The queues' limits: how many each may lease now.
-local runtime = redis.call('HMGET', KEYS[3 * n + 3], unpack(ARGV, 6, 5 + n))
 local limits = queue_limits(queues, runtime, partition, partitions, now)
 
--- 3. Per-task limits, and a look past held heads for each queue marked as holding limited tasks (an
---    unmarked queue pays this HMGET, nothing else).
-local marked = redis.call('HMGET', KEYS[4 * n + 5], unpack(ARGV, 6, 5 + n))
-for q = 1, n do
-  queues[q].marked = marked[q]
+-- 3. Per-task limits and the looks, built only when a queue is marked: an unmarked queue pays the HMGET
+--    above, nothing else (built every call, they cost an empty acquire about 4 us more: 23.6 against 18.7).
+local paths, look
+if any_marked then
+  paths = task_limits(KEYS[4 * n + 6], KEYS[4 * n + 7], task_prefix, partition, partitions, now)
+  look = looks(queues, count, tonumber(ARGV[8 + 2 * n]), task_prefix, leases, paths)
 end
-local paths = task_limits(KEYS[4 * n + 6], KEYS[4 * n + 7], task_prefix, partition, partitions, now)
-local look = looks(queues, count, tonumber(ARGV[8 + 2 * n]), task_prefix, leases, paths)
 
 -- 4. Lease, the queues taking turns.
 local tasks_left = lease_round_robin(queues, count, leases, limits, look)
@@ -76,8 +78,12 @@ local tasks_left = lease_round_robin(queues, count, leases, limits, look)
 -- 5. Store the leases, spend the limits' tokens and note what they held back.
 leases.record(queues)
 local wait = record_queue_limits(limits, queues, leases.taken, held_key, now_text, now)
-look.record(held_key)
-local held = held_reply(wait, paths.record(now_text), next(paths.held) ~= nil)
+local path_wait, path_held = nil, false
+if paths then
+  look.record(held_key)
+  path_wait, path_held = paths.record(now_text), next(paths.held) ~= nil
+end
+local held = held_reply(wait, path_wait, path_held)
 
 -- 6. A full batch that leaves tasks behind wakes one more idle worker.
 if tasks_left then

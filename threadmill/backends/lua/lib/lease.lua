@@ -10,18 +10,20 @@
 -- `progress` "<token> leased": its worker records its start and finish (record_progress), so recovery
 -- blames a later loss exactly. Any other task costs one more HMGET field, nothing else.
 local function new_leases(task_prefix, worker, token_base, now_text, deadline_text, out)
-  local leases = {count = 0, taken = {}}
+  local taken = {}
   local running = {}  -- queue index -> {deadline, id, deadline, id, ...}
+  local leases  -- built below with every field at once: a table that grows is rehashed
 
-  function leases.lease(id, q, fields)
+  local function lease(id, q, fields)
     local key = task_prefix .. id
     fields = fields or redis.call('HMGET', key, 'data', 'started_at', 'worker_losses')
     if not fields[1] then
       return
     end
-    leases.count = leases.count + 1
-    leases.taken[q] = (leases.taken[q] or 0) + 1
-    local token = token_base .. ':' .. leases.count
+    local count = leases.count + 1
+    leases.count = count
+    taken[q] = (taken[q] or 0) + 1
+    local token = token_base .. ':' .. count
     local started = fields[2]
     if not started then
       started = now_text
@@ -51,11 +53,12 @@ local function new_leases(task_prefix, worker, token_base, now_text, deadline_te
 
   -- Once per queue a call (one ZADD of every lease), not once per task: each command a script runs
   -- costs the server bridging on top of its own work.
-  function leases.record(queues)
+  local function record(queues)
     for q, entries in pairs(running) do
       call_chunked('ZADD', queues[q].running, entries)
     end
   end
 
+  leases = {count = 0, taken = taken, lease = lease, record = record}
   return leases
 end

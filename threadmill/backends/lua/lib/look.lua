@@ -10,6 +10,7 @@
 -- and flags in hash `held_key` each queue a path's concurrency held back.
 local function looks(queues, count, look_limit, task_prefix, leases, paths)
   local looked = {}  -- queue index -> {ids, at, taken, fetched, done}: its ready tasks read so far
+  local lease, admits, took = leases.lease, paths.admits, paths.took  -- once, not once a task
   local function lease_next(q)
     local look = looked[q]
     if not look then
@@ -38,11 +39,11 @@ local function looks(queues, count, look_limit, task_prefix, leases, paths)
       local path = fields[4]
       if not fields[1] then
         look.taken[#look.taken + 1] = id  -- no hash: dropped, as a pop would
-      elseif not path or paths.admits(path, q) then
+      elseif not path or admits(path, q) then
         look.taken[#look.taken + 1] = id
-        leases.lease(id, q, fields)
+        lease(id, q, fields)
         if path then
-          paths.took(path, id)
+          took(path, id)
         end
         return true
       end

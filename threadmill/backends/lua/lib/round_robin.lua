@@ -7,8 +7,8 @@
 -- gone counts).
 local function lease_batch(queue, q, want, leases, looks)
   if queue.marked then
-    local got = 0
-    while got < want and looks.lease_next(q) do
+    local got, lease_next = 0, looks.lease_next
+    while got < want and lease_next(q) do
       got = got + 1
     end
     return got

@@ -9,7 +9,7 @@
 -- task of `path` in queue index q may be leased now, `took(path, id)` counts a lease, `record(now_text)`
 -- stores them; `held[q]` is true once a path's concurrency left some of queue q's ready tasks.
 local function task_limits(specs_key, limit_prefix, task_prefix, partition, partitions, now)
-  local limits = {held = {}}
+  local held = {}
   -- path -> {limit, count, running key, leased ids, checked, rate = {tokens, period}, left, spent, times
   -- key, rate_held}
   local paths = {}
@@ -61,13 +61,13 @@ local function task_limits(specs_key, limit_prefix, task_prefix, partition, part
     state.count = live + #state.leased  -- this call's leases join the set at its end
   end
 
-  function limits.admits(path, q)
+  local function admits(path, q)
     local state = path_state(path)
     if state.limit and state.count >= state.limit and not state.checked then
       recount(state)
     end
     if state.limit and state.count >= state.limit then
-      limits.held[q] = true
+      held[q] = true
       return false
     end
     if state.rate and state.spent >= state.left then
@@ -77,7 +77,7 @@ local function task_limits(specs_key, limit_prefix, task_prefix, partition, part
     return true
   end
 
-  function limits.took(path, id)
+  local function took(path, id)
     local state = paths[path]
     if state.limit then
       state.leased[#state.leased + 1] = id
@@ -90,7 +90,7 @@ local function task_limits(specs_key, limit_prefix, task_prefix, partition, part
 
   -- Add this call's leases to each path's running set and spend its rate tokens; returns the seconds
   -- until the first token of a rate-held path comes back, or nil.
-  function limits.record(now_text)
+  local function record(now_text)
     local wait = nil
     for _, state in pairs(paths) do
       if state.leased then
@@ -108,5 +108,5 @@ local function task_limits(specs_key, limit_prefix, task_prefix, partition, part
     return wait
   end
 
-  return limits
+  return {admits = admits, took = took, record = record, held = held}
 end
