@@ -5,6 +5,7 @@ The scripts are built by the scripts' own include expansion and EVALed on the se
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,6 +46,20 @@ def test_every_script_loads_with_its_includes(raw, name):
     source = scripts._source(name)
     assert "-- include:" not in source
     assert raw.script_load(source) == scripts.LuaScript(source).sha
+
+
+def _needs(part: str) -> list[str]:
+    """The parts a lib part names in its "Needs a, b and c, included first." line."""
+    found = re.search(r"^-- Needs (.+), included first\.$", (LUA / "lib" / f"{part}.lua").read_text(), re.MULTILINE)
+    return re.split(r", | and ", found[1]) if found else []
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in LUA.glob("*.lua")))
+def test_every_script_includes_what_its_parts_need_before_them(name):
+    # A missing part is no compile error: its function would be an unknown global, failing only when called.
+    included = re.findall(r"^-- include: (\w+)$", (LUA / f"{name}.lua").read_text(), re.MULTILINE)
+    for at, part in enumerate(included):
+        assert [need for need in _needs(part) if need not in included[:at]] == [], part
 
 
 # limits
