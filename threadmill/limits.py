@@ -110,7 +110,11 @@ def check_partitions(limit: QueueLimit, partitions: int) -> None:
 
 
 def share(total: int, partition: int, partitions: int) -> int:
-    """Return partition p's share of a limit: `total // P`, plus 1 for the first `total % P` partitions."""
+    """Return partition p's share of a limit: `total // P`, plus 1 for the first `total % P` partitions.
+
+    The scripts' rule is `share` in lua/lib/limits.lua; this one serves the reads that run no script
+    (tests/backends/test_lua_lib.py asserts the two agree).
+    """
     return total // partitions + (1 if partition < total % partitions else 0)
 
 
@@ -175,7 +179,7 @@ def overlay(setting: QueueLimit, runtime: QueueLimit) -> QueueLimit:
 
 
 #: Most ready tasks acquire looks at past the head of a queue that holds tasks with a per-task limit:
-#: tasks whose limit is reached are left in place, and the ones behind them served (in acquire.lua).
+#: tasks whose limit is reached are left in place, and the ones behind them served (lua/lib/look.lua).
 TASK_LIMIT_LOOK = 100
 
 

@@ -10,12 +10,15 @@ from importlib.resources import files
 _INCLUDE = re.compile(r"^-- include: (\w+)$", re.MULTILINE)
 
 
+def expand_includes(text: str) -> str:
+    """Return Lua `text` with each `-- include: <lib>` line replaced by `lua/lib/<lib>.lua` (not recursive)."""
+    lib = files("threadmill.backends").joinpath("lua", "lib")
+    return _INCLUDE.sub(lambda m: lib.joinpath(f"{m.group(1)}.lua").read_text(), text)
+
+
 def script_source(name: str) -> str:
-    """Return a script's source with each `-- include: <lib>` line replaced by `lua/lib/<lib>.lua`."""
-    lua = files("threadmill.backends").joinpath("lua")
-    return _INCLUDE.sub(
-        lambda m: lua.joinpath("lib", f"{m.group(1)}.lua").read_text(), lua.joinpath(f"{name}.lua").read_text()
-    )
+    """Return a script's source, its includes expanded."""
+    return expand_includes(files("threadmill.backends").joinpath("lua", f"{name}.lua").read_text())
 
 
 class LuaScript:

@@ -10,17 +10,12 @@
 -- ARGV[3] (string) with "set": the parts given, "concurrency|rate count|rate period s", empty parts kept
 -- ARGV[4] (string) who sets it (a user name, "... (command line)")
 -- Returns: the stored value after the call, false once cleared
+-- include: limits
 local queue = ARGV[1]
 if ARGV[2] == 'clear' then
   redis.call('HDEL', KEYS[1], queue, queue .. ':set')
 else
-  local c, r, p = string.match(ARGV[3], '^([^|]*)|([^|]*)|([^|]*)$')
-  local stored = redis.call('HGET', KEYS[1], queue)
-  if stored then
-    local sc, sr, sp = string.match(stored, '^([^|]*)|([^|]*)|([^|]*)$')
-    if c == '' then c = sc end
-    if r == '' then r, p = sr, sp end
-  end
+  local c, r, p = limit_overlay(redis.call('HGET', KEYS[1], queue), ARGV[3])
   local time = redis.call('TIME')
   local since = tonumber(time[1]) + tonumber(time[2]) / 1000000
   redis.call('HSET', KEYS[1], queue, c .. '|' .. r .. '|' .. p, queue .. ':set',

@@ -14,6 +14,7 @@
 -- Returns: {server seconds, server microseconds, then for each queue: its runtime limits (false: none),
 --          their audit JSON (false: none), its ready count, its running count, and the N-th newest lease
 --          time, N this partition's share of the rate in force (false: no rate, or fewer than N kept)}
+-- include: limits
 local partition, partitions = tonumber(ARGV[1]), tonumber(ARGV[2])
 local time = redis.call('TIME')
 local out = {time[1], time[2]}
@@ -21,16 +22,14 @@ for q = 1, (#ARGV - 2) / 2 do
   local name, count = ARGV[1 + 2 * q], ARGV[2 + 2 * q]
   local stored = redis.call('HMGET', KEYS[1], name, name .. ':set')
   if stored[1] then
-    local runtime = string.match(stored[1], '^[^|]*|([^|]*)|')
+    local _, runtime = limit_parts(stored[1])
     if runtime and runtime ~= '' then
       count = runtime
     end
   end
   local lease_time = false
   if count ~= '' then
-    local total = tonumber(count)
-    local whole = math.floor(total / partitions)
-    local tokens = partition < total - whole * partitions and whole + 1 or whole
+    local tokens = share(tonumber(count), partition, partitions)
     if tokens > 0 then
       lease_time = redis.call('LINDEX', KEYS[3 * q + 1], tokens - 1)
     end

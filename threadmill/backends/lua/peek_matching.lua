@@ -14,6 +14,7 @@
 -- Returns: {matched, complete (1 scanned the whole segment, 0 stopped at the limit), server_seconds,
 --           id1, data1, result1, started_at1, lease_worker1, lease_started_at1, lease_token1,
 --           read_error1, score1, reported_progress1, id2, ...}; absent values are false
+-- include: filter
 local first = tonumber(ARGV[1])
 local last = first + tonumber(ARGV[2])
 local rev = ARGV[3] == '1'
@@ -23,15 +24,6 @@ local matched = 0
 local scanned = 0
 local rows = {}
 local total = redis.call('ZCARD', KEYS[1])
-
-local function matches(text)
-  for i = 5, #ARGV do
-    if not string.find(text, ARGV[i], 1, true) then
-      return false
-    end
-  end
-  return true
-end
 
 while scanned < total and scanned < limit do
   local stop = math.min(scanned + chunk, limit) - 1
@@ -49,8 +41,7 @@ while scanned < total and scanned < limit do
     local f = redis.call('HMGET', KEYS[2] .. id, 'data', 'started_at', 'lease_worker', 'lease_started_at',
       'lease_token', 'read_error', 'result', 'reported_progress')
     local result = f[7] or redis.call('GET', KEYS[3] .. id)
-    local text = (result or f[1] or '') .. '\n' .. (f[6] or '')
-    if matches(text) then
+    if filter_matches(f[1], result, f[6], ARGV, 5, #ARGV) then
       matched = matched + 1
       if matched > first and matched <= last then
         for _, value in ipairs({id, f[1], result, f[2], f[3], f[4], f[5], f[6], ids[i + 1], f[8]}) do

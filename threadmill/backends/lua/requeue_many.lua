@@ -32,6 +32,7 @@
 --          the running ids the fence refused (leased again, or sent without a token)
 -- include: silent
 -- include: unique
+-- include: filter
 local source = ARGV[1]
 local force = ARGV[2] == '1'
 local timeout = tonumber(ARGV[3])
@@ -48,13 +49,7 @@ local function matches(key, id)
     return true
   end
   local f = redis.call('HMGET', key, 'data', 'read_error', 'result')
-  local text = (f[3] or redis.call('GET', KEYS[2] .. id) or f[1] or '') .. '\n' .. (f[2] or '')
-  for i = 6, 5 + k do
-    if not string.find(text, ARGV[i], 1, true) then
-      return false
-    end
-  end
-  return true
+  return filter_matches(f[1], f[3] or redis.call('GET', KEYS[2] .. id), f[2], ARGV, 6, 5 + k)
 end
 
 -- A lease is live while its deadline (the running score) is ahead and its worker's heartbeat is fresh.
