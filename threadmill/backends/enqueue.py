@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import redis
 from asgiref.sync import sync_to_async
@@ -37,7 +37,10 @@ from .replication import wait_for_replicas
 from .scripts import EnqueueReply
 
 if TYPE_CHECKING:
-    from .redis import RedisTaskBackend
+    from .aio import AsyncClients
+    from .keys import KeySchema
+    from .options import BackendOptions
+    from .scripts import RedisScripts
 
 logger = logging.getLogger("threadmill.backend")
 
@@ -90,10 +93,44 @@ def by_partition_of(batch: list[PreparedTask]) -> list[tuple[list[int], list[Pre
     return list(groups.values())
 
 
+class EnqueueingBackend(Protocol):
+    """What an `Enqueuer` uses of its backend (`RedisTaskBackend` is one)."""
+
+    alias: str
+    config: BackendOptions
+    _layout_checked: bool
+
+    @property
+    def partition_count(self) -> int: ...
+
+    @property
+    def client(self) -> Any: ...
+
+    @property
+    def scripts(self) -> RedisScripts: ...
+
+    @property
+    def aio(self) -> AsyncClients: ...
+
+    def next_enqueue_partition(self) -> int | None: ...
+
+    def check_layout(self) -> None: ...
+
+    def scripts_for(self, partition: int) -> RedisScripts: ...
+
+    def keys_for(self, partition: int) -> KeySchema: ...
+
+    def task_keys(self, task_id: str) -> KeySchema: ...
+
+    def validate_task(self, task: Any) -> None: ...
+
+    def stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult: ...
+
+
 class Enqueuer:
     """Prepares and stores the tasks one backend enqueues."""
 
-    def __init__(self, backend: RedisTaskBackend) -> None:
+    def __init__(self, backend: EnqueueingBackend) -> None:
         self.backend = backend
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
