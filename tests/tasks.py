@@ -174,6 +174,14 @@ def count_then_exit_once(context):
 
 
 @task
+def imported(module_name):
+    """Return whether `module_name` is imported in the worker process running this task."""
+    import sys
+
+    return module_name in sys.modules
+
+
+@task
 def stamp(key):
     """Record when the task started (epoch seconds) in the test server's `test:stamps` hash."""
     import time

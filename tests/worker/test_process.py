@@ -11,6 +11,7 @@ from tests import tasks
 from tests.worker.conftest import wait_until
 from threadmill.backends.broker import RedisBroker
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.backends.taskstats import FLUSH_INTERVAL_S
 from threadmill.base import Segment
 from threadmill.outcome import WORKER_LOSS_LIMIT
 from threadmill.worker.config import WorkerConfig
@@ -128,6 +129,54 @@ def test_a_process_told_to_stop_fetching_while_it_waits_passes_the_wake_token_on
             process.stop()
             process.backend.wake_worker(process.name)
             assert process.finished.wait(10)
+
+
+class LogsIdleCalls(RedisTaskBackend):
+    """The real backend, logging each acquire and wake-list wait as it starts (and whether a wait was woken)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: list[str] = []
+
+    def acquire(self, *queue_names, **kwargs):
+        self.calls.append("acquire")
+        return super().acquire(*queue_names, **kwargs)
+
+    def wait_for_tasks(self, queue_names, worker, timeout_s):
+        self.calls.append("wait")
+        woken = super().wait_for_tasks(queue_names, worker, timeout_s)
+        self.calls.append("woken" if woken else "timed out")
+        return woken
+
+
+def _runs_counted(backend: RedisTaskBackend) -> int:
+    return sum(stats.runs for stats in backend.task_stats(minutes=60))
+
+
+def test_an_idle_process_sends_its_counts_from_the_wake_lists_and_waits_again_without_a_fetch(redis_url):
+    backend = LogsIdleCalls("default", {"REDIS_URL": redis_url})
+    process = WorkerProcess(backend, WorkerConfig(), "h:1")
+    process.start()
+    try:
+        # The first counts go at once; the next ones wait for FLUSH_INTERVAL_S after them.
+        backend.enqueue(tasks.echo, [1], {})
+        _poll(lambda: _runs_counted(backend) == 1, 5)
+        backend.enqueue(tasks.echo, [2], {})
+        _poll(lambda: process.done == 2, 5)
+        _poll(lambda: backend.calls[-1] == "wait", 5)
+        since = len(backend.calls)
+
+        # Sent within the flush interval and the server's timer tick, not at the 5 s idle deadline.
+        took = _poll(lambda: _runs_counted(backend) == 2, 3)
+        _poll(lambda: len(backend.calls) >= since + 2, 2)
+
+        assert took < FLUSH_INTERVAL_S + 0.5, took
+        # The wait ended at the counts' turn, and the process went back to the wake lists without an acquire.
+        assert backend.calls[since - 1 : since + 2] == ["wait", "timed out", "wait"], backend.calls
+    finally:
+        process.stop()
+        backend.wake_worker(process.name)
+        assert process.finished.wait(10)
 
 
 # -- suspects: tasks that were in a lost worker's lease -----------------------------------

@@ -61,6 +61,15 @@ def test_exit_empty_on_empty_queues_exits_without_waiting_for_a_poll():
     assert seconds < 0.5, exit_line
 
 
+def test_a_worker_process_without_sentry_set_up_does_not_import_it(backend):
+    # sentry-sdk is installed here; the site's settings do not call sentry_sdk.init.
+    result = tasks.imported.enqueue("sentry_sdk")
+
+    assert run_worker("-w", "1", "--exit-empty").returncode == 0
+
+    assert backend.get_result(result.id).return_value is False
+
+
 def test_log_lines_are_json_with_the_process_thread_and_task(backend):
     failure = tasks.explode.enqueue()
 

@@ -13,6 +13,9 @@ before the acknowledgements, fenced by the same leases) and looks for abort requ
 An idle process (nothing ready, nothing held) does not poll: it blocks on its queues' wake
 lists, which every script that makes a task ready pushes one token onto (one token wakes one
 worker; a full acquire passes it on), and on its own wake list, which a stop signal pushes.
+It always waits there, never on its lock: when its per-task counts are due first, the wait
+ends at their turn, it sends them and waits again, fetching only once a token or the idle
+deadline (`IDLE_WAIT_S`, or a held-back queue's next rate token) ends a wait.
 A process that turns quiet or stopping while it waits passes on the token it may have taken.
 
 Riding out the server: a call that cannot reach it (`ServerUnreachable`) keeps everything in
@@ -74,7 +77,8 @@ class Work:
     #: Runs whose abort requests to look for.
     abort_check: list[ThreadmillTaskResult] = field(default_factory=list)
     lease: int = 0
-    wait_for_wake: bool = False
+    #: Seconds to block on the wake lists (None: no wait).
+    wait_s: float | None = None
     pass_wake: bool = False
     #: Send the per-task-path counts (`taskstats.py`).
     send_stats: bool = False
@@ -132,8 +136,11 @@ class Fetcher(ProcessHost):
                 self._has_work.wait(self._wait_time(now))
 
     def _due_work(self, now: float) -> Work | None:
-        """Take what is due now (the lock held): hand-backs, acknowledgements and a fetch."""
+        """Take what is due now (the lock held): hand-backs, acknowledgements, a fetch or an idle wait."""
         work = Work()
+        if self._idle and now >= self._idle_until:
+            # The idle deadline passed in a turn between waits: fetch, as after a wait that reached it.
+            self._idle, self._next_fetch_at = False, 0.0
         if self.prefetch.auto:
             self._resize()
             self._shed_surplus()
@@ -160,12 +167,15 @@ class Fetcher(ProcessHost):
             or work.send_stats or self._unanswered
         ):  # fmt: skip
             return work
-        # With counts still to send, an idle process first waits for their turn (on the lock, not
-        # on the wake lists), so they reach the server within FLUSH_INTERVAL_S.
-        if self._idle and self.phase is Phase.FETCHING and not self.task_stats:
-            # The fetch after the wait comes at once, whether a token or the timeout ended it.
+        if self._idle and self.phase is Phase.FETCHING:
+            # Set for the fetch that follows a token or the idle deadline; a wait that ends sooner,
+            # at the counts' turn, goes back to idle (`_rest_again`). Waiting on the lock for that
+            # turn instead held up a task enqueued meanwhile until it came (up to FLUSH_INTERVAL_S).
             self._idle, self._next_fetch_at, self._woken = False, 0.0, True
-            work.wait_for_wake = True
+            until = self._idle_until
+            if self.task_stats:
+                until = min(until, self.task_stats.next_send_at)
+            work.wait_s = until - now
             return work
         return None
 
@@ -286,8 +296,8 @@ class Fetcher(ProcessHost):
             if work.lease:
                 self._lease(work.lease)
                 work.lease = 0
-            if work.wait_for_wake:
-                self.backend.wait_for_tasks(self.config.queues, self.name, self._idle_wait_s)
+            if work.wait_s is not None and not self.backend.wait_for_tasks(self.config.queues, self.name, work.wait_s):
+                self._rest_again()
             if work.pass_wake:
                 self.backend.pass_wake_on(self.config.queues)
         except ServerUnreachable as e:
@@ -298,6 +308,13 @@ class Fetcher(ProcessHost):
             logger.warning("The server answers again after %.1f s.", time.monotonic() - self._offline_since)
             self._offline_since, self._reconnect_pause = None, RECONNECT_PAUSE_S
         return True
+
+    def _rest_again(self) -> None:
+        """After a wait that timed out before the idle deadline (cut short for the counts): stay idle."""
+        with self._lock:
+            if self.phase is Phase.FETCHING and time.monotonic() < self._idle_until:
+                # No token was taken, so none is to be passed on.
+                self._idle, self._next_fetch_at, self._woken = True, float("inf"), False
 
     def _settled_leases(self, count: int) -> None:
         with self._lock:
@@ -362,10 +379,8 @@ class Fetcher(ProcessHost):
             elif not self.holds_leases and (results.held_back or not self.config.exit_empty):
                 # Nothing leased and nothing held: wait on the server, woken by the next enqueue, by an
                 # acknowledgement that frees a slot of a held-back queue, or when its next rate token is due.
-                self._idle, self._next_fetch_at = True, float("inf")
-                self._idle_wait_s = (
-                    IDLE_WAIT_S if results.next_token_s is None else min(IDLE_WAIT_S, results.next_token_s)
-                )
+                wait_s = IDLE_WAIT_S if results.next_token_s is None else min(IDLE_WAIT_S, results.next_token_s)
+                self._idle, self._next_fetch_at, self._idle_until = True, float("inf"), answered_at + wait_s
             elif results.next_token_s is not None:
                 # Tasks run here and a rate holds the rest back: fetch again when its next token is due,
                 # or sooner (as a poll would), for the other queues' tasks.

@@ -72,6 +72,7 @@ class ProcessHost:
     _unanswered: list[str]
     _alone: str
     _idle: bool
+    _idle_until: float
     _woken: bool
     _lock: threading.Lock
     _has_tasks: threading.Condition

@@ -151,8 +151,9 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         self._alone = ""
         #: Set when an acquire found nothing and nothing is held: block on the wake lists next.
         self._idle = False
-        #: How long the next idle wait may block: IDLE_WAIT_S, or until a held-back queue's next rate token.
-        self._idle_wait_s = IDLE_WAIT_S
+        #: Monotonic time the idle waits end in a fetch: IDLE_WAIT_S after the acquire that found
+        #: nothing, or sooner, at a held-back queue's next rate token.
+        self._idle_until = 0.0
         #: Set while the turn after a wait has not fetched: a token it took is passed on if it will not.
         self._woken = False
         self._lock = threading.Lock()
