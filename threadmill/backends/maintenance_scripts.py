@@ -10,8 +10,8 @@ from typing import Any
 
 from ..base import Segment
 from .errors import translate_errors
-from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S, KeySchema
-from .script_source import LuaScript
+from .keys import PRIORITY_BAND, THROUGHPUT_COUNTER_TTL_S
+from .script_source import LuaScript, ScriptHost
 
 
 def encode_heartbeats(ages: Mapping[str, float] | None, settle_s: float | None = None) -> str:
@@ -25,22 +25,15 @@ def encode_heartbeats(ages: Mapping[str, float] | None, settle_s: float | None =
     return "+" + "".join(f"{name}\t{age:.3f}\n" for name, age in ages.items())
 
 
-class MaintenanceScripts:
+class MaintenanceScripts(ScriptHost):
     """The mover's, reaper's, recovery's, trimmer's, control's and latency sampler's scripts: one wrapper a script."""
 
-    keys: KeySchema
     _promote: LuaScript
     _claim_expired: LuaScript
     _trim_finished: LuaScript
     _claim_abandoned: LuaScript
     _take_control: LuaScript
     _sample_latency: LuaScript
-
-    def _run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        raise NotImplementedError
-
-    def segment_keys(self, queue_name: str) -> list[str]:
-        raise NotImplementedError
 
     @translate_errors
     def promote(self, queue_name: str, batch_size: int) -> tuple[int, float | None]:

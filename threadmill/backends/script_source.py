@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from importlib.resources import files
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .keys import KeySchema
 
 #: A line of a script that stands for a file of `lua/lib/` (shared local functions), as `-- include: keyset`.
 _INCLUDE = re.compile(r"^-- include: (\w+)$", re.MULTILINE)
@@ -29,3 +34,15 @@ class LuaScript:
     def __init__(self, source: str) -> None:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+
+class ScriptHost:
+    """What a family of script wrappers uses of `scripts.RedisScripts`, which they are all base classes of."""
+
+    keys: KeySchema
+
+    def _run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        raise NotImplementedError
+
+    def segment_keys(self, queue_name: str) -> list[str]:
+        raise NotImplementedError

@@ -12,15 +12,14 @@ from typing import Any
 
 from ..base import Segment
 from .errors import translate_errors
-from .keys import THROUGHPUT_COUNTER_TTL_S, KeySchema
+from .keys import THROUGHPUT_COUNTER_TTL_S
 from .maintenance_scripts import encode_heartbeats
-from .script_source import LuaScript
+from .script_source import LuaScript, ScriptHost
 
 
-class ToolingScripts:
+class ToolingScripts(ScriptHost):
     """Peek, purge, delete, bulk requeue, lease reads, cancel, pause, resume and limits: one wrapper a script."""
 
-    keys: KeySchema
     _purge: LuaScript
     _delete: LuaScript
     _peek: LuaScript
@@ -34,12 +33,6 @@ class ToolingScripts:
     _resume: LuaScript
     _limit: LuaScript
     _limit_state: LuaScript
-
-    def _run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        raise NotImplementedError
-
-    def segment_keys(self, queue_name: str) -> list[str]:
-        raise NotImplementedError
 
     @translate_errors
     def purge(self, queue_name: str, segment: Segment, batch_size: int) -> int:
