@@ -39,20 +39,33 @@ DEFAULT_ENQUEUE_RETRY_S = 5.0
 class BackendOptions:
     """Durations in seconds; each accepts a timedelta or a number in `OPTIONS`."""
 
+    #: Longest a worker may hold a task (prefetch buffer included) before the reaper takes it back, seconds.
     lease_ttl: float = DEFAULT_LEASE_TTL_S
+    #: How long a finished task and its result are kept, seconds.
     result_ttl: float = DEFAULT_RESULT_TTL_S
+    #: Pause between two broker passes (reaper, recovery, trimming), seconds; the mover also runs when a task falls due.
     broker_interval: float = DEFAULT_BROKER_INTERVAL_S
+    #: Most tasks the mover, the reaper or a purge handles in one script call.
     batch_size: int = DEFAULT_BATCH_SIZE
+    #: First pause of a busy worker (or `acquire(timeout=...)`) that found nothing ready, seconds.
     poll_interval: float = DEFAULT_POLL_INTERVAL_S
+    #: Longest such pause (it doubles each time), seconds.
     poll_max_interval: float = DEFAULT_POLL_MAX_INTERVAL_S
+    #: Age of a worker process's last heartbeat past which the broker gives its leases back, seconds.
     worker_timeout: float = DEFAULT_WORKER_TIMEOUT_S
+    #: Longest any call waits for the server's reply (and to connect) before the connection counts as lost, seconds.
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S
+    #: Whether `enqueue` returns only once the task is in the server's append-only file (WAITAOF).
     fsync_enqueue: bool = False
+    #: Replicas that must confirm a task (WAIT) before `enqueue` returns; 0 waits for none.
     wait_replicas: int = 0
+    #: Partitions each queue is split into (1 to 256), each under its own hash tag, to spread over a cluster.
     partitions: int = 1
     #: Time limit of a task with none of its own, seconds; None runs it for as long as it takes.
     task_timeout: float | None = None
+    #: How long a task past its time limit has to end before its worker process is replaced, seconds.
     timeout_grace: float = DEFAULT_TIMEOUT_GRACE_S
+    #: How long a task an abort request reached has to end before TaskCancelled is raised in it, seconds.
     abort_grace: float = DEFAULT_ABORT_GRACE_S
     #: Queue name -> its concurrency and rate limits (`threadmill.limits`); runtime values win.
     limits: Mapping[str, QueueLimit] = field(default_factory=dict)
