@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CHECKED = ["threadmill", "inspector", "tests", "manage.py"]
+CHECKED = ["threadmill", "inspector", "tests", "docs", "manage.py"]
 
 
 def _ruff(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -54,9 +54,17 @@ class SettingsTable(Directive):
         row = nodes.row()
         for index, text in enumerate(cells):
             entry = nodes.entry()
-            entry += nodes.paragraph("", "", nodes.literal(text, text) if index < literal else nodes.Text(text))
+            entry += nodes.paragraph("", "", *([nodes.literal(text, text)] if index < literal else _inline(text)))
             row += entry
         return row
+
+
+def _inline(text: str) -> list[nodes.Node]:
+    """Return `text` as nodes, its `code` spans literal, as the comments in the code write them."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: plain text
+        return [nodes.Text(text)]
+    return [nodes.literal(part, part) if index % 2 else nodes.Text(part) for index, part in enumerate(parts) if part]
 
 
 def command_parser():
