@@ -93,3 +93,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 #: What `manage.py threadmill run` enqueues for a first look (skip it with --no-demo).
 THREADMILL_DEMO_WORKLOAD = "inspector.demo.enqueue_demo_workload"
+
+# The demo's tasks that fail on purpose log one line each (inspector/site/demo_logs.py).
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"demo_failures": {"()": "inspector.site.demo_logs.DemoFailuresOnOneLine"}},
+    "loggers": {"django.tasks": {"filters": ["demo_failures"]}},
+}

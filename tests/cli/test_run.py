@@ -162,6 +162,29 @@ def test_run_prints_a_generated_password_once(tmp_path, redis_url):
     assert "staff user 'admin' exists; set a new password with `manage.py changepassword admin`" in second.lines
 
 
+def test_the_first_screen_ends_with_the_url_and_the_login_and_the_demo_failures_take_a_line_each(
+    tmp_path, redis_url, start_run
+):
+    run = start_run(tmp_path, redis_url)
+    run.wait_for_url()
+    # The demo's failing tasks fail at once, then retry after a backoff: wait for their first failures.
+    failed = "(expected: a demo task)"
+    wait_until(
+        lambda: sum(failed in line for line in run.lines) >= 3, "the demo's three failing tasks fail", START_TIMEOUT_S
+    )
+    assert run.stop() == 0
+    lines = run.lines
+    url_at = next(i for i, line in enumerate(lines) if line.startswith("Threadmill console: "))
+    assert lines[url_at + 1].startswith("Created the staff user 'admin' with password")
+    starting = [
+        i for i, line in enumerate(lines) if "Starting 1 worker processes" in line or "Listening on TCP" in line
+    ]
+    assert starting and max(starting) < url_at
+    assert not [line for line in lines if line.startswith("Traceback")]
+    failures = [line for line in lines if failed in line]
+    assert all("ConnectionError: The inventory service of" in line for line in failures)
+
+
 def test_ctrl_c_names_the_task_it_waits_for_and_stops_everything_within_the_short_shutdown_timeout(
     tmp_path, redis_url, start_run
 ):

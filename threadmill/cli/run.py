@@ -132,7 +132,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         settings.TASKS["default"]["REDIS_URL"] = valkey.url
     children: Children = []
     try:
-        _prepare(command, options)
+        login = _prepare(command, options)
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
@@ -142,9 +142,11 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
             children.append(("worker pool", _start_worker(options, env)))
         children.append(("ASGI server", _start_server(options, env)))
         _wait_until_listening(options["host"], options["port"], children[-1][1])
+        # Last of the start-up, so the URL and the login are what the first screen ends with.
         command.stdout.write(
             f"Threadmill console: http://{options['host']}:{options['port']}/threadmill/  (Ctrl-C stops)"
         )
+        command.stdout.write(login)
         code = _wait(command, signals, children, options)
     finally:
         hurried = _stop_children(command, children, options["shutdown_timeout"] + GRACEFUL_STOP_MARGIN_S, signals)
@@ -167,23 +169,26 @@ def _start_valkey(command: BaseCommand, options: dict[str, Any]) -> EmbeddedValk
     return valkey
 
 
-def _prepare(command: BaseCommand, options: dict[str, Any]) -> None:
+def _prepare(command: BaseCommand, options: dict[str, Any]) -> str:
+    """Migrate the database, enqueue the demo and make the first staff user; return the login line to print."""
     db_path = settings.DATABASES["default"].get("NAME")
     if isinstance(db_path, str | Path) and str(db_path) != ":memory:":
         Path(db_path).parent.mkdir(parents=True, exist_ok=True)
     call_command("migrate", interactive=False, verbosity=0)
-    _create_first_staff_user(command)
+    login = _create_first_staff_user()
     if not options["no_demo"]:
         # The site names its demo: the core library never imports the console app.
         path = getattr(settings, "THREADMILL_DEMO_WORKLOAD", None)
         if not path:
             command.stdout.write("No demo workload: the setting THREADMILL_DEMO_WORKLOAD names none.")
-            return
+            return login
         counts = import_string(path)()
         command.stdout.write("Demo workload enqueued: " + ", ".join(f"{n} {kind}" for kind, n in counts.items()) + ".")
+    return login
 
 
-def _create_first_staff_user(command: BaseCommand) -> None:
+def _create_first_staff_user() -> str:
+    """Make the first staff user unless there is one; return how to log in."""
     from django.contrib.auth import get_user_model
 
     users = get_user_model()
@@ -192,14 +197,12 @@ def _create_first_staff_user(command: BaseCommand) -> None:
     if existing := (staff.filter(**{users.USERNAME_FIELD: username}).first() or staff.first()):
         # The password was shown once, when the user was created: say how to get back in.
         name = existing.get_username()
-        command.stdout.write(f"staff user {name!r} exists; set a new password with `manage.py changepassword {name}`")
-        return
+        return f"staff user {name!r} exists; set a new password with `manage.py changepassword {name}`"
     password = os.environ.get("THREADMILL_ADMIN_PASSWORD")
     users.objects.create_superuser(username, "", password or (generated := secrets.token_urlsafe(12)))
     if password:
-        command.stdout.write(f"Created the staff user {username!r} with the password from THREADMILL_ADMIN_PASSWORD.")
-    else:
-        command.stdout.write(f"Created the staff user {username!r} with password {generated!r} (shown once; keep it).")
+        return f"Created the staff user {username!r} with the password from THREADMILL_ADMIN_PASSWORD."
+    return f"Created the staff user {username!r} with password {generated!r} (shown once; keep it)."
 
 
 def _manage(*args: str) -> list[str]:
