@@ -15,8 +15,9 @@ lists, which every script that makes a task ready pushes one token onto (one tok
 worker; a full acquire passes it on), and on its own wake list, which a stop signal pushes.
 A process that turns quiet or stopping while it waits passes on the token it may have taken.
 
-Riding out the server: a call that cannot reach it (`ServerUnreachable`) keeps everything in
-memory (buffered tasks still run, outcomes wait) and the fetcher tries again after a pause that
+Riding out the server: a call that cannot reach it (`ServerUnreachable`), or that a full server
+refuses (`ServerOutOfMemory`: the task path's scripts run on a full server, so only one of an
+older release's would be), keeps everything in memory (buffered tasks still run, outcomes wait) and the fetcher tries again after a pause that
 doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`. Acknowledgements are fenced by
 lease token, so one that arrives after the broker took the task back is refused. The leases
 an acquire took whose reply was lost are handed back once the server answers again.
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..base import ThreadmillTaskResult
-from ..exceptions import ServerUnreachable
+from ..exceptions import BackendConnectionError, ServerOutOfMemory, ServerUnreachable
 from ..outcome import cancelled_error, mark_failed, record_abandoned
 from .aborts import ABORT_CHECK_INTERVAL_S
 from .executor import Outcome
@@ -290,7 +291,7 @@ class Fetcher(ProcessHost):
                 self.backend.wait_for_tasks(self.config.queues, self.name, self._idle_wait_s)
             if work.pass_wake:
                 self.backend.pass_wake_on(self.config.queues)
-        except ServerUnreachable as e:
+        except (ServerUnreachable, ServerOutOfMemory) as e:
             if not work.last:
                 self._wait_for_server(work, e)
             return False
@@ -303,7 +304,7 @@ class Fetcher(ProcessHost):
         with self._lock:
             self.unsettled -= count
 
-    def _wait_for_server(self, work: Work, error: ServerUnreachable) -> None:
+    def _wait_for_server(self, work: Work, error: BackendConnectionError) -> None:
         """Keep what `work` did not do for the next turn and pause before calling again."""
         now = time.monotonic()
         with self._lock:
@@ -407,7 +408,7 @@ class Fetcher(ProcessHost):
             return
         try:
             self._send_task_stats(time.monotonic())
-        except ServerUnreachable as e:
+        except (ServerUnreachable, ServerOutOfMemory) as e:
             logger.info("The last per-task counts of this process were not sent: %s", e)
 
     def _send_task_stats(self, now: float) -> None:
@@ -415,7 +416,7 @@ class Fetcher(ProcessHost):
         counts = self.task_stats.take(now)
         try:
             self.backend.record_task_stats(counts)
-        except ServerUnreachable:
+        except (ServerUnreachable, ServerOutOfMemory):
             self.task_stats.put_back(counts)
             raise
 

