@@ -140,3 +140,11 @@ def test_a_full_server_drains_every_stored_task_and_status_says_it_is_full(full_
     assert backend.get_result(ids[-1]).return_value == PAYLOAD
     _, after = status(full_server)
     assert next(q for q in after["queues"] if q["queue"] == "default")["ready"] == 0
+
+
+def test_a_purge_frees_a_full_server_and_enqueues_are_taken_again(full_server):
+    backend = backend_on(full_server)
+    ids, _ = fill(backend)
+    assert backend.purge("default", segment=Segment.READY) == len(ids)
+    assert backend.enqueue(tasks.echo, [PAYLOAD], {}).id
+    assert backend.preflight(fresh=True).full is False
