@@ -146,3 +146,10 @@ def test_a_purge_frees_a_full_server_and_enqueues_are_taken_again(full_server):
     assert backend.purge("default", segment=Segment.READY) == len(ids)
     assert backend.enqueue(tasks.echo, [PAYLOAD], {}).id
     assert backend.preflight(fresh=True).full is False
+
+
+async def test_an_aenqueue_on_a_full_server_raises_server_out_of_memory_naming_the_policy(full_server):
+    backend = backend_on(full_server)
+    fill(backend)
+    with pytest.raises(ServerOutOfMemory, match="under maxmemory-policy noeviction"):
+        await backend.aenqueue(tasks.echo, [PAYLOAD], {})
