@@ -77,8 +77,8 @@ def out_of_memory(
     )
     return ServerOutOfMemory(
         f"The Redis server refused {what}: its used memory reached {limit}, and under {policy_text} it refuses "
-        f"writes that add data ({redact_text(str(error))}). Workers keep draining the stored tasks; raise maxmemory, "
-        f"let the workers drain the queues, or purge tasks nobody needs (the console's purge, or threadmill.api.purge)."
+        f"writes that add data ({redact_text(str(error))}); raise maxmemory, let the workers drain the queues "
+        "(they keep running on a full server), or purge tasks nobody needs (the console's purge, threadmill.api.purge)."
     )
 
 

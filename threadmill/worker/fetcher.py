@@ -16,9 +16,9 @@ worker; a full acquire passes it on), and on its own wake list, which a stop sig
 A process that turns quiet or stopping while it waits passes on the token it may have taken.
 
 Riding out the server: a call that cannot reach it (`ServerUnreachable`), or that a full server
-refuses (`ServerOutOfMemory`: the task path's scripts run on a full server, so only one of an
-older release's would be), keeps everything in memory (buffered tasks still run, outcomes wait) and the fetcher tries again after a pause that
-doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`. Acknowledgements are fenced by
+refuses (`ServerOutOfMemory`: this release's task path scripts run on a full server, an older
+release's do not), keeps everything in memory (buffered tasks still run, outcomes wait) and the
+fetcher tries again after a pause that doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`. Acknowledgements are fenced by
 lease token, so one that arrives after the broker took the task back is refused. The leases
 an acquire took whose reply was lost are handed back once the server answers again.
 
