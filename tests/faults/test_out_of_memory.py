@@ -1,9 +1,10 @@
 """A full server (maxmemory with noeviction) refuses enqueues by name and still drains what it stores (#29).
 
-The server is a Valkey of its own with a small `maxmemory`, filled with tasks until an enqueue
-is refused for real; then a worker pool started with `--exit-empty` must run every stored task
-to SUCCESSFUL without a worker process exiting, while `threadmill status` answers and says the
-server is full.
+The server is a Valkey (or Debian's redis-server 7.0) of its own with a small `maxmemory`,
+filled with tasks until an enqueue is refused for real; then a worker pool started with
+`--exit-empty` must run every stored task to SUCCESSFUL without a worker process exiting, while
+`threadmill status` answers and says the server is full; purge frees it, and a schedule it
+refuses does not stop the broker's later duties.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.tasks import TaskResultStatus
 
 from tests import tasks
+from tests.faults.conftest import wait_for
 from tests.servers import start_full_server
 from tests.worker.conftest import ROOT, Worker, worker_env
+from threadmill.backends.broker import RedisBroker
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment
 from threadmill.embedded import EmbeddedValkey
@@ -153,3 +157,18 @@ async def test_an_aenqueue_on_a_full_server_raises_server_out_of_memory_naming_t
     fill(backend)
     with pytest.raises(ServerOutOfMemory, match="under maxmemory-policy noeviction"):
         await backend.aenqueue(tasks.echo, [PAYLOAD], {})
+
+
+def test_a_schedule_refused_by_a_full_server_leaves_the_reaper_running(full_server):
+    # A new schedule's first offer writes its tick: a full server refuses it every pass. The
+    # duties after the scheduler must still run, or a full server's expired leases stay taken.
+    schedule = {"minutely": {"task": "tests.tasks.echo", "cron": "* * * * *"}}
+    backend = RedisTaskBackend(
+        "default", {"REDIS_URL": full_server.url, "QUEUES": QUEUES, "OPTIONS": {"lease_ttl": 1}, "SCHEDULE": schedule}
+    )
+    lost = backend.enqueue(tasks.echo, [PAYLOAD], {})
+    assert [r.id for r in backend.acquire("default", count=1, worker="gone:1:x")] == [lost.id]
+    fill(backend)
+    broker = RedisBroker(backend, ["default"])
+    wait_for(lambda: broker.run_once()[1], lambda: f"the reaper takes back task {lost.id}", 10)
+    assert backend.get_result(lost.id).status is not TaskResultStatus.RUNNING
