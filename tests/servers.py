@@ -69,6 +69,14 @@ def start_server(name: str) -> EmbeddedValkey:
     return EmbeddedValkey(data_dir, free_port(), persist=False, binary=binary).start()
 
 
+def start_full_server(name: str, maxmemory: str) -> EmbeddedValkey:
+    """Start a throwaway server of kind `name` that refuses writes at `maxmemory` (noeviction) instead of evicting."""
+    binary = valkey_binary() if name == "valkey" else shutil.which("redis-server")
+    data_dir = tempfile.mkdtemp(prefix=f"threadmill-full-{name}-")
+    extra = ("--maxmemory", maxmemory, "--maxmemory-policy", "noeviction")
+    return EmbeddedValkey(data_dir, free_port(), persist=False, binary=binary, extra_args=extra).start()
+
+
 def start_server_under_test(name: str) -> ServerUnderTest:
     """Start a throwaway server of kind `name`: a single server, "cluster" or "replicated-cluster"."""
     if name == "cluster":

@@ -16,6 +16,16 @@ class ServerUnreachable(BackendConnectionError):
     """
 
 
+class ServerOutOfMemory(BackendConnectionError):
+    """Raised when the Redis server refuses a write because its used memory reached `maxmemory`.
+
+    Under `maxmemory-policy noeviction` (or an evicting policy with nothing left to evict) the
+    server refuses what would add data, such as an enqueue, until memory is freed: it is not
+    retried. Workers keep draining a full server; the message names the limit, the policy and
+    what to do (raise maxmemory, let the workers drain, or purge).
+    """
+
+
 class DurableEnqueueError(ThreadmillError):
     """Raised when `fsync_enqueue` is on and the server cannot confirm a task is in its append-only file.
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import redis
 from django.core.exceptions import ImproperlyConfigured
 
-from threadmill.backends.enqueue_retry import MAX_PAUSE_S, pause_before
+from threadmill.backends.enqueue_retry import MAX_PAUSE_S, is_transient, pause_before, retrying
+from threadmill.backends.errors import out_of_memory
 from threadmill.backends.redis import RedisTaskBackend
+from threadmill.exceptions import ServerOutOfMemory, ServerUnreachable
 
 URL = "redis://127.0.0.1:1/0"
 
@@ -38,3 +41,18 @@ def test_the_pause_doubles_up_to_its_longest_and_never_outlasts_the_budget():
     assert pause_before(1, 10.0, 0.0) == pytest.approx(0.01)
     assert pause_before(7, 0.05, 0.5) == 0.05
     assert pause_before(3, -0.1, 0.5) == 0.0
+
+
+def test_a_full_server_refusal_is_not_transient_and_is_raised_at_the_first_attempt():
+    refusal = out_of_memory(redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."))
+    assert not is_transient(refusal)
+    assert is_transient(ServerUnreachable("Cannot reach the Redis server: down"))
+    attempts = []
+
+    def send():
+        attempts.append(1)
+        raise refusal
+
+    with pytest.raises(ServerOutOfMemory):
+        retrying(10.0, [("task-1",)], send)
+    assert len(attempts) == 1

@@ -48,6 +48,41 @@ def test_every_script_loads_with_its_includes(raw, name):
     assert raw.script_load(source) == scripts.LuaScript(source).sha
 
 
+#: Every command the scripts call that writes (any literal: `chunked` takes its command as an argument).
+WRITES = frozenset(
+    [
+        "DEL",
+        "EXPIRE",
+        "HDEL",
+        "HINCRBY",
+        "HSET",
+        "HSETNX",
+        "INCR",
+        "INCRBY",
+        "LPUSH",
+        "LTRIM",
+        "PERSIST",
+        "PEXPIRE",
+        "SADD",
+        "SET",
+        "ZADD",
+        "ZPOPMIN",
+        "ZREM",
+        "ZREMRANGEBYRANK",
+        "ZREMRANGEBYSCORE",
+    ]
+)
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in LUA.glob("*.lua")))
+def test_every_script_that_writes_runs_on_a_full_server_except_enqueue(name):
+    # Without the flag a full server (maxmemory, noeviction) refuses a script at its first write
+    # that may add data: workers could no longer drain it. A read-only script needs no flag.
+    source = scripts.script_source(name)
+    writes = WRITES & set(re.findall(r"'([A-Z]+)'", source))
+    assert source.startswith("#!lua flags=allow-oom\n") == (bool(writes) and name != "enqueue"), sorted(writes)
+
+
 def _needs(part: str) -> list[str]:
     """The parts a lib part names in its "Needs a, b and c, included first." line."""
     found = re.search(r"^-- Needs (.+), included first\.$", (LUA / "lib" / f"{part}.lua").read_text(), re.MULTILINE)

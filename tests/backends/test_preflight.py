@@ -42,6 +42,19 @@ def test_valkey_is_named_by_both_its_versions_and_judged_by_its_compatible_redis
     )
 
 
+def test_a_server_whose_used_memory_reached_maxmemory_is_reported_full_and_what_to_do():
+    info = {"redis_version": "7.0.15", "maxmemory_policy": "noeviction", "maxmemory": 4096, "aof_enabled": 0}
+    assert not assess({**info, "used_memory": 4095}, ADDRESS).full
+    assert not assess({**info, "maxmemory": 0, "used_memory": 1 << 30}, ADDRESS).full
+    full = assess({**info, "used_memory": 5000}, ADDRESS)
+    assert full.full
+    assert full.summary() == (
+        "server: Redis 7.0.15; maxmemory 4096 bytes, maxmemory-policy noeviction; append-only file off; "
+        "full: used memory 5000 of maxmemory 4096 bytes, so enqueues are refused while workers drain "
+        "(raise maxmemory, or purge tasks nobody needs)"
+    )
+
+
 def test_a_server_below_the_floor_is_refused_in_one_line_naming_its_version_and_the_floor():
     report = assess({"redis_version": "6.2.14", "maxmemory_policy": "noeviction"}, ADDRESS)
     assert report.refusal == (

@@ -232,8 +232,15 @@ def status_report(alias: str, now: float) -> dict[str, Any]:
                 "held_by_task_limits": [s.path for s in held],
             }
         )
-    report = backend.preflight()
-    server = {"address": backend.server_address, "summary": report.summary(), "warnings": list(report.warnings)}
+    report = backend.preflight(fresh=True)
+    server = {
+        "address": backend.server_address,
+        "summary": report.summary(),
+        "warnings": list(report.warnings),
+        "full": report.full,
+        "used_memory": report.used_memory,
+        "maxmemory": report.maxmemory,
+    }
     return {"backend": backend.alias, "server": server, "queues": queues, "workers": [_worker(w) for w in workers]}
 
 

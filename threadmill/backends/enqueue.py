@@ -4,7 +4,8 @@
 `enqueue_scheduled`: one script call per batch of `ENQUEUE_BATCH` tasks per partition, retried
 by `enqueue_retry` without storing a task twice (the script skips ids it holds), a unique
 task's duplicate answered with the task holding its key, and `task_enqueued` sent for each
-stored task with the backend's class as the sender.
+stored task with the backend's class as the sender. A full server's refusal is not retried:
+it raises `ServerOutOfMemory` naming the server's maxmemory and policy.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 
 from ..base import Segment, ThreadmillTaskResult
+from ..exceptions import BackendConnectionError, ServerOutOfMemory
 from ..integrations import otel
 from ..limits import task_limit
 from ..schedules import Schedule
 from ..unique import UniqueSpec, spec_for
 from . import codec
 from .aio import send_task_enqueued
-from .enqueue_retry import aretrying, retrying
-from .errors import translate_errors
+from .enqueue_retry import aretrying, naming, retrying
+from .errors import out_of_memory, translate_errors
 from .keys import PRIORITY_BAND, TASK_FIELDS
 from .replication import wait_for_replicas
 from .scripts import EnqueueReply
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from .aio import AsyncClients
     from .keys import KeySchema
     from .options import BackendOptions
+    from .preflight import ServerReport
     from .scripts import RedisScripts
 
 logger = logging.getLogger("threadmill.backend")
@@ -116,6 +119,8 @@ class EnqueueingBackend(Protocol):
 
     def check_layout(self) -> None: ...
 
+    def preflight(self) -> ServerReport: ...
+
     def scripts_for(self, partition: int) -> RedisScripts: ...
 
     def keys_for(self, partition: int) -> KeySchema: ...
@@ -163,11 +168,14 @@ class Enqueuer:
             unique=[prepared.unique],
             task_limit=task_limit(task),
         )
-        raw, retries = await aretrying(
-            self.backend.config.enqueue_retry,
-            (prepared,),
-            lambda: self.backend.aio.run(scripts.enqueue_script, keys, script_args),
-        )
+        try:
+            raw, retries = await aretrying(
+                self.backend.config.enqueue_retry,
+                (prepared,),
+                lambda: self.backend.aio.run(scripts.enqueue_script, keys, script_args),
+            )
+        except ServerOutOfMemory as e:
+            raise await sync_to_async(self.refused_for_memory)(e, (prepared,)) from e.__cause__
         reply = EnqueueReply.read(raw).without_own([prepared])
         if retries:
             await sync_to_async(self.count_retries)(scripts.keys.totals(task.queue_name), retries, 1 - reply.stored)
@@ -307,7 +315,10 @@ class Enqueuer:
                 )
             return reply
 
-        reply, retries = retrying(self.backend.config.enqueue_retry, entries, send)
+        try:
+            reply, retries = retrying(self.backend.config.enqueue_retry, entries, send)
+        except ServerOutOfMemory as e:
+            raise self.refused_for_memory(e, entries) from e.__cause__
         reply = reply.without_own(prepared)
         if retries:
             self.count_retries(
@@ -323,6 +334,20 @@ class Enqueuer:
             task_enqueued.send(type(self.backend), task_result=result)
             results.append(result)
         return results
+
+    def refused_for_memory(self, error: ServerOutOfMemory, entries: Sequence[Sequence[Any]]) -> ServerOutOfMemory:
+        """Return a full server's refusal of `entries` naming its maxmemory and policy (the preflight's INFO).
+
+        The INFO is read at most once per backend, and only here on the enqueue path: on a refusal.
+        """
+        try:
+            report = self.backend.preflight()
+        except BackendConnectionError:
+            return error
+        cause = error.__cause__
+        if not isinstance(cause, redis.exceptions.OutOfMemoryError):
+            return error
+        return out_of_memory(cause, f"the enqueue of {naming(entries)}", report.maxmemory, report.policy)
 
     def count_retries(self, totals_key: str, retries: int, already_stored: int) -> None:
         """Count a retried enqueue call in its queue's totals (for metrics); a failure to count is only logged."""

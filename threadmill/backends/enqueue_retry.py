@@ -36,7 +36,9 @@ def is_transient(error: BackendConnectionError) -> bool:
 
     Connection refused or reset, a timeout, `LOADING` (all `ServerUnreachable`, as are a cluster's
     `TRYAGAIN`, `CLUSTERDOWN` and a redirection still wrong after a refresh), and `READONLY` (a
-    primary demoted to replica by a failover, still answering on its old address).
+    primary demoted to replica by a failover, still answering on its old address). Not a full
+    server's refusal (`ServerOutOfMemory`): memory is freed by workers draining or an operator,
+    not within a retry's seconds, so the caller hears at once.
     """
     return isinstance(error, ServerUnreachable) or isinstance(error.__cause__, redis.exceptions.ReadOnlyError)
 

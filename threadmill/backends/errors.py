@@ -1,8 +1,9 @@
 """Driver errors translated at the boundary: what redis-py raises becomes Threadmill's own exceptions.
 
 A lost connection, a timeout or a cluster without a primary for a slot is `ServerUnreachable`
-(the caller rides it out); a refusal by the server is `BackendConnectionError`; a WAITAOF
-refusal is `DurableEnqueueError` naming what to change.
+(the caller rides it out); a refusal by the server is `BackendConnectionError`, and one for
+memory at `maxmemory` is `ServerOutOfMemory`; a WAITAOF refusal is `DurableEnqueueError`
+naming what to change.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 
 import redis
 
-from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerUnreachable
+from ..exceptions import BackendConnectionError, DurableEnqueueError, ServerOutOfMemory, ServerUnreachable
 from ..redaction import redact_text
 
 #: Driver errors that mean the server (or the cluster's node for a key) cannot be reached now, not a
@@ -38,6 +39,8 @@ def translate_errors(method):
             return method(*args, **kwargs)
         except UNREACHABLE_ERRORS as e:
             raise ServerUnreachable(f"Cannot reach the Redis server: {redact_text(str(e))}") from e
+        except redis.exceptions.OutOfMemoryError as e:
+            raise out_of_memory(e) from e
         except redis.ResponseError as e:
             raise BackendConnectionError(f"The Redis server refused a Threadmill script: {redact_text(str(e))}") from e
 
@@ -51,8 +54,32 @@ def translated_errors() -> Iterator[None]:
         yield
     except UNREACHABLE_ERRORS as e:
         raise ServerUnreachable(f"Cannot reach the Redis server: {redact_text(str(e))}") from e
+    except redis.exceptions.OutOfMemoryError as e:
+        raise out_of_memory(e) from e
     except redis.ResponseError as e:
         raise BackendConnectionError(f"The Redis server refused a Threadmill script: {redact_text(str(e))}") from e
+
+
+def out_of_memory(
+    error: redis.exceptions.OutOfMemoryError,
+    what: str = "a write",
+    maxmemory: int | None = None,
+    policy: str | None = None,
+) -> ServerOutOfMemory:
+    """Explain a refusal for memory: `what` was refused at `maxmemory` (bytes) under `policy`, and what to do.
+
+    Where the caller does not know the limit or the policy (they come from the preflight's
+    INFO), the message names them as the server's settings.
+    """
+    limit = f"maxmemory ({maxmemory} bytes)" if maxmemory else "maxmemory"
+    policy_text = (
+        f"maxmemory-policy {policy}" if policy else "its maxmemory-policy (noeviction, or nothing left to evict)"
+    )
+    return ServerOutOfMemory(
+        f"The Redis server refused {what}: its used memory reached {limit}, and under {policy_text} it refuses "
+        f"writes that add data ({redact_text(str(error))}); raise maxmemory, let the workers drain the queues "
+        "(they keep running on a full server), or purge tasks nobody needs (the console's purge, threadmill.api.purge)."
+    )
 
 
 def durable_enqueue_error(error: redis.ResponseError) -> DurableEnqueueError:

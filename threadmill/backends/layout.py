@@ -14,6 +14,8 @@ is stored and returns any stored one, atomically, so two processes starting at o
 (`NX` with `GET` needs Redis 7.0 or later, or any Valkey). A
 stored version this code migrates from is then overwritten with a plain SET (no release
 stores 1, so only an operator's hand puts it there). A newer or unknown one is refused.
+A full server (maxmemory, noeviction) refuses that SET: the stored version is then read
+with a GET, on that refusal only, and an unpartitioned alias with none is left unrecorded.
 """
 
 from __future__ import annotations
@@ -54,7 +56,17 @@ def check_layout(client: redis.Redis | RedisCluster, key: str, alias: str, *, pa
         LayoutVersionError: the stored version is newer than this code's or not a version at all.
     """
     wanted = PARTITIONED_LAYOUT if partitioned else UNPARTITIONED_LAYOUT
-    stored = client.set(key, wanted, nx=True, get=True)
+    try:
+        stored = client.set(key, wanted, nx=True, get=True)
+    except redis.exceptions.OutOfMemoryError:
+        # A full server refuses any SET, even one that would keep the stored value: read it
+        # instead, so workers and commands still start on a full server and drain it. With none
+        # stored, layout 2 is what this code reads anyway: it is recorded by a later start.
+        stored = client.get(key)
+        if stored is None and not partitioned:
+            return None
+        if stored is None:
+            raise
     if stored is None:
         return None
     text = stored.decode() if isinstance(stored, bytes) else str(stored)

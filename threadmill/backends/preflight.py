@@ -4,7 +4,8 @@
 warns (never refuses) about a `maxmemory-policy` that may evict Threadmill's keys. `read_info`
 is its one round trip (`INFO server memory persistence`). It runs once per process (the
 backend keeps the report): at the start of a worker and of every command, in `manage.py check`
-and on a line of `threadmill status`; never on the task path. Valkey reports a compatible
+and on a line of `threadmill status` (which reads it anew, for `used_memory` against
+`maxmemory`: whether the server is full); never on the task path. Valkey reports a compatible
 `redis_version` (7.2.4) beside its own `valkey_version`: the floor applies to the former.
 """
 
@@ -45,6 +46,13 @@ class ServerReport:
     #: A one-line reason to refuse the server, or None.
     refusal: str | None
     warnings: tuple[str, ...]
+    #: Bytes the server used when INFO was read.
+    used_memory: int | None = None
+
+    @property
+    def full(self) -> bool:
+        """Whether the server's used memory had reached its `maxmemory` (it then refuses enqueues)."""
+        return bool(self.maxmemory and self.used_memory is not None and self.used_memory >= self.maxmemory)
 
     def summary(self) -> str:
         """Return the report as one line, as `threadmill status` prints it."""
@@ -52,9 +60,15 @@ class ServerReport:
             return f"server: {self.server or 'unknown'}; could not read the policy"
         memory = "no limit" if not self.maxmemory else f"{self.maxmemory} bytes"
         aof = {True: "on", False: "off", None: "unknown"}[self.aof]
+        full = (
+            f"; full: used memory {self.used_memory} of maxmemory {self.maxmemory} bytes, so enqueues are refused "
+            "while workers drain (raise maxmemory, or purge tasks nobody needs)"
+            if self.full
+            else ""
+        )
         return (
             f"server: {self.server or 'unknown version'}; maxmemory {memory}, maxmemory-policy {self.policy}; "
-            f"append-only file {aof}"
+            f"append-only file {aof}{full}"
         )
 
 
@@ -104,7 +118,7 @@ def assess(info: Mapping[str, Any] | None, address: str, unread: str = "") -> Se
     warning = (
         policy_warning(policy) if policy is not None else "The preflight could not read the policy: INFO has none."
     )
-    maxmemory, aof = info.get("maxmemory"), info.get("aof_enabled")
+    maxmemory, aof, used = info.get("maxmemory"), info.get("aof_enabled"), info.get("used_memory")
     return ServerReport(
         server_name(info),
         maxmemory if isinstance(maxmemory, int) else None,
@@ -112,6 +126,7 @@ def assess(info: Mapping[str, Any] | None, address: str, unread: str = "") -> Se
         None if aof is None else bool(aof),
         refusal(info, address),
         (warning,) if warning else (),
+        used if isinstance(used, int) else None,
     )
 
 

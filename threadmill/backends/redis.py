@@ -347,9 +347,12 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBack
     def _redacted(self, error: Exception) -> str:
         return redact_text(str(error), [self.redis_url])
 
-    def preflight(self) -> ServerReport:
-        """Read the server's version, memory policy and persistence (one INFO) and judge them, once per instance."""
-        if self._preflight is None:
+    def preflight(self, *, fresh: bool = False) -> ServerReport:
+        """Read the server's version, memory policy and persistence (one INFO) and judge them, once per instance.
+
+        `fresh` reads them again (a status read: whether the server is full now).
+        """
+        if self._preflight is None or fresh:
             client = self.client_for(self.keys.workers())
             info, unread = translate_errors(preflight.read_info)(client)
             self._preflight = preflight.assess(info, self.server_address, unread)

@@ -18,9 +18,10 @@ ends at their turn, it sends them and waits again, fetching only once a token or
 deadline (`IDLE_WAIT_S`, or a held-back queue's next rate token) ends a wait.
 A process that turns quiet or stopping while it waits passes on the token it may have taken.
 
-Riding out the server: a call that cannot reach it (`ServerUnreachable`) keeps everything in
-memory (buffered tasks still run, outcomes wait) and the fetcher tries again after a pause that
-doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`. Acknowledgements are fenced by
+Riding out the server: a call that cannot reach it (`ServerUnreachable`), or that a full server
+refuses (`ServerOutOfMemory`: this release's task path scripts run on a full server, an older
+release's do not), keeps everything in memory (buffered tasks still run, outcomes wait) and the
+fetcher tries again after a pause that doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`. Acknowledgements are fenced by
 lease token, so one that arrives after the broker took the task back is refused. The leases
 an acquire took whose reply was lost are handed back once the server answers again.
 
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..base import ThreadmillTaskResult
-from ..exceptions import ServerUnreachable
+from ..exceptions import BackendConnectionError, ServerOutOfMemory, ServerUnreachable
 from ..outcome import cancelled_error, mark_failed, record_abandoned
 from .aborts import ABORT_CHECK_INTERVAL_S
 from .executor import Outcome
@@ -300,7 +301,7 @@ class Fetcher(ProcessHost):
                 self._rest_again()
             if work.pass_wake:
                 self.backend.pass_wake_on(self.config.queues)
-        except ServerUnreachable as e:
+        except (ServerUnreachable, ServerOutOfMemory) as e:
             if not work.last:
                 self._wait_for_server(work, e)
             return False
@@ -320,7 +321,7 @@ class Fetcher(ProcessHost):
         with self._lock:
             self.unsettled -= count
 
-    def _wait_for_server(self, work: Work, error: ServerUnreachable) -> None:
+    def _wait_for_server(self, work: Work, error: BackendConnectionError) -> None:
         """Keep what `work` did not do for the next turn and pause before calling again."""
         now = time.monotonic()
         with self._lock:
@@ -422,7 +423,7 @@ class Fetcher(ProcessHost):
             return
         try:
             self._send_task_stats(time.monotonic())
-        except ServerUnreachable as e:
+        except (ServerUnreachable, ServerOutOfMemory) as e:
             logger.info("The last per-task counts of this process were not sent: %s", e)
 
     def _send_task_stats(self, now: float) -> None:
@@ -430,7 +431,7 @@ class Fetcher(ProcessHost):
         counts = self.task_stats.take(now)
         try:
             self.backend.record_task_stats(counts)
-        except ServerUnreachable:
+        except (ServerUnreachable, ServerOutOfMemory):
             self.task_stats.put_back(counts)
             raise
 

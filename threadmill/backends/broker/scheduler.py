@@ -3,6 +3,9 @@
 Ticks are read on the server's clock; the enqueue guard on the server makes one broker's
 offer win (`RedisTaskBackend.enqueue_scheduled`). After an outage only the latest missed
 tick is offered. Each broker remembers the ticks it offered, so it asks once per tick.
+A full server refuses a tick's enqueue (`ServerOutOfMemory`): that is logged once per tick
+and offered again next pass, and is not the pass's failure, so the reaper, recovery and
+trimmer after it still run on that server, draining and freeing it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ...exceptions import ServerOutOfMemory
 from .passes import BrokerPass, Duty
 
 if TYPE_CHECKING:
@@ -28,6 +32,8 @@ class Scheduler(Duty):
         super().__init__(backend)
         #: Each schedule's latest tick this broker has handed to the enqueue guard, epoch seconds.
         self.ticks_seen: dict[str, float] = {}
+        #: Each schedule's latest tick a full server refused, epoch seconds (logged once).
+        self.ticks_refused: dict[str, float] = {}
 
     def run_once(self, pass_: BrokerPass) -> int:
         """Offer every schedule's latest tick, on partition 0 (which holds the schedules); return how many it enqueued."""
@@ -45,9 +51,19 @@ class Scheduler(Duty):
             seen = self.ticks_seen.get(schedule.name)
             if seen == tick.timestamp():
                 continue
-            result = self.backend.enqueue_scheduled(schedule, tick, first_offer=seen is None)
+            try:
+                result = self.backend.enqueue_scheduled(schedule, tick, first_offer=seen is None)
+            except ServerOutOfMemory as e:
+                self.refused(schedule.name, tick, e)
+                continue
             self.ticks_seen[schedule.name] = tick.timestamp()
             if result is not None:
                 logger.info("Schedule %s: enqueued task %s for %s.", schedule.name, result.id, tick.isoformat())
                 enqueued += 1
         return enqueued
+
+    def refused(self, name: str, tick: datetime, error: ServerOutOfMemory) -> None:
+        """Log, once per tick, that a full server refused schedule `name`'s tick; it is offered again next pass."""
+        if self.ticks_refused.get(name) != tick.timestamp():
+            self.ticks_refused[name] = tick.timestamp()
+            logger.warning("Schedule %s: the tick of %s waits for room: %s", name, tick.isoformat(), error)

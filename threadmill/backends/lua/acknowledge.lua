@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- acknowledge: store the outcome of leased tasks and release their leases, fenced per task.
 -- A task whose lease_token no longer matches (its lease expired and it was leased again,
 -- or it was requeued) is left untouched and reported as refused. The result document goes

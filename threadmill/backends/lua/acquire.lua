@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- acquire: pop up to `count` ready tasks round-robin across queues and lease them.
 -- The payload is read, never decoded or rewritten: the lease is stored beside it.
 -- KEYS[1..n]    (zset) ready segments, in this call's rotation order

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- cancel: finish a ready or deferred task as failed (TaskCancelled) before it runs, or ask a running one to abort.
 -- The caller read the task and built its failed document from what it read; the move is fenced
 -- by the segment it read, so a task leased in between is never finished under a live lease:

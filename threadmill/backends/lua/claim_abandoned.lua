@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- claim_abandoned (the broker's recovery): take over the leases of workers whose heartbeat stopped.
 -- A worker is dead when its last heartbeat is older than worker_timeout by the server's clock, or,
 -- with lease_ttl given, when it has no heartbeat at all and the lease started more than

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- claim_expired (the reaper's claim): take over leases whose deadline has passed.
 -- Each claimed task gets a new token and a short claim window, so a second reaper
 -- running at once cannot claim it too, and a late acknowledgement is fenced out.

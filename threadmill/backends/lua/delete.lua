@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- delete: remove selected tasks of one segment of a queue, with their data and results.
 -- A task that moved to another segment (or queue) since the caller saw it is left alone, so
 -- a console acting on a stale page never deletes a task it did not show.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- extend_lease: push a running task's lease deadline out so it covers the run about to start,
 -- fenced by its lease token. A task with a time limit runs at most limit + timeout_grace before its
 -- worker process is replaced, so a lease that long never expires under a live run, whatever

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- heartbeat: record that a worker process is alive (by the server's clock) and publish its snapshot.
 -- A worker whose heartbeat grows older than worker_timeout is dead to the broker, which then
 -- recovers its leases. A goodbye (empty document) removes the worker: it handed everything back.

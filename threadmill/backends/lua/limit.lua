@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- limit: set or clear a queue's runtime limits, which win over the settings' until cleared.
 -- Each part of the stored value is kept unless given, so `--rate` leaves a runtime concurrency.
 -- A changed limit may leave room: an idle worker is woken if tasks are ready.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- pass_wake: wake one idle worker for tasks that wait with no wake token: the token a worker
 -- process took while it turned quiet or stopping, and will not act on, is passed on.
 -- KEYS[1..n]    (zset) ready segments

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- pause: stop workers acquiring a queue's tasks. Enqueues still land; running tasks finish.
 -- Pausing a paused queue keeps who paused it first, and since when.
 -- KEYS[1] (hash)   paused queues: queue name -> JSON {"by": who, "since": server epoch seconds}

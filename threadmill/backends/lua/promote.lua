@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- promote (the mover): move deferred tasks whose run_after has passed to ready.
 -- A promotion pushes one wake token (unless one waits already), so an idle worker starts it.
 -- KEYS[1] (zset)   deferred segment (score: run_after)

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- purge: delete one batch of a segment and the task data it owns.
 -- Called repeatedly until it returns 0, so a huge segment never blocks the server.
 -- KEYS[1] (zset)   the segment

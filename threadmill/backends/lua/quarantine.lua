@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- quarantine: move a task whose payload this code cannot read to the unreadable segment.
 -- The payload is kept exactly as stored; only the read error is recorded beside it.
 -- KEYS[1] (hash) the task

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- record_progress: record that a suspect's run starts or finishes under its lease, fenced by its token.
 -- A suspect (a task that was in a lost worker's lease) is leased with `progress` "<token> leased"
 -- (acquire). Its worker records "started" before the run and "finished" once it returns, so if

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- record_task_stats: add a worker process's per-task-path counts (threadmill.backends.taskstats)
 -- to each queue's hashes of this minute, this hour and since first use. The task paths a queue
 -- counts are kept in a set of at most ARGV[2]; a path beyond them is counted as ARGV[3]. The

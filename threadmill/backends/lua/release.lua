@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- release: hand leased tasks that never started back to ready, where they were, fenced per task.
 -- No attempt is recorded: the payload stays as stored and the task keeps its ready score, so it
 -- runs next in its priority band. A task whose lease_token no longer matches is left untouched.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- release_unanswered: hand back the leases taken by acquire calls whose reply never reached the worker.
 -- A call that timed out may still have run (a frozen server runs it when it wakes): its tasks
 -- are leased to a live worker that does not know them. Such a lease carries the call's token

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- report: store what running tasks reported (progress, metadata) in their hashes, fenced per task.
 -- A task whose lease_token no longer matches (its lease was taken back, or it was acknowledged)
 -- is left untouched. Metadata merges into what is stored; this script does not parse JSON, so a

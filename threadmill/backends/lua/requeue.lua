@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- requeue: move one task from any segment but ready back to ready, or to deferred.
 -- Keeps the id and the metadata; clears the lease, any stored result and the reported progress
 -- (a new attempt reports its own). With a new document (the worker's

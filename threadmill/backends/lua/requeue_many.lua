@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- requeue_many: move the given tasks of one segment of a queue back to ready, keeping their ids.
 -- Each task moves whole or not at all. Like requeue, the lease and the reported progress are cleared (so a late
 -- acknowledgement by its worker is refused), the task joins the back of its priority band, and

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- resume: let workers acquire a paused queue's tasks again, waking an idle one if tasks wait.
 -- KEYS[1] (hash) paused queues: queue name -> JSON {"by": who, "since": server epoch seconds}
 -- KEYS[2] (zset) the queue's ready segment

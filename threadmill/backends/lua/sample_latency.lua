@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- sample_latency: record a queue's latency (the age of its oldest ready task) for this minute.
 -- Keeps the largest sample of the minute, by the server's clock. Reads the head and the tail
 -- of the ready set only: exact with one or two priorities in use, a lower bound with more.

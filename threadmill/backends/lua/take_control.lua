@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- take_control: hand a supervisor the operators' commands for its worker processes, once.
 -- A command (quiet or stop) waits in the control hash until the supervisor of that worker
 -- takes it, so a busy or restarting process cannot miss it (pub/sub would drop it).

