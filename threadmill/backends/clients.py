@@ -12,8 +12,8 @@ A sentinel is asked with `OPTIONS["sentinel"]` only (its own password, TLS), plu
 `OPTIONS["connection"]` is for the primary, whose credentials a sentinel rarely shares.
 
 A client of a single server drops a connection that answered READONLY (a primary demoted by a
-failover, or a DNS name that now points elsewhere) before its next try, as it does one that
-failed; Sentinel's own connections do so already.
+failover, or a DNS name that now points elsewhere), as it does one that failed, so the next
+call connects anew; Sentinel's own connections do so already.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from typing import Any
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.retry
 import redis.asyncio.sentinel
+import redis.retry
 import redis.sentinel
+from redis.backoff import NoBackoff
 from redis.cluster import REDIS_ALLOWED_KEYS, RedisCluster
 
 from .options import BackendOptions
@@ -121,7 +124,7 @@ def sync_client(url: str, config: BackendOptions, *, cluster: bool) -> redis.Red
         return sentinel.master_for(parsed.service_name, **parsed.primary_kwargs())
     if cluster:
         return RedisCluster.from_url(url, **kwargs)
-    return _drops_on_readonly(redis.Redis.from_url(url, **kwargs))
+    return redis.Redis.from_url(url, **_dropping_on_readonly(kwargs, redis.retry.Retry))
 
 
 def async_client(url: str, config: BackendOptions, *, cluster: bool) -> Any:
@@ -135,17 +138,20 @@ def async_client(url: str, config: BackendOptions, *, cluster: bool) -> Any:
         return sentinel.master_for(parsed.service_name, **parsed.primary_kwargs())
     factory = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
     kwargs = {**without_maintenance_notifications(factory), **kwargs}
-    client = factory.from_url(url, **kwargs)
-    return client if cluster else _drops_on_readonly(client)
+    return factory.from_url(url, **(kwargs if cluster else _dropping_on_readonly(kwargs, redis.asyncio.retry.Retry)))
 
 
-def _drops_on_readonly[C: (redis.Redis, redis.asyncio.Redis)](client: C) -> C:
-    """Make `client` drop a connection that answered READONLY before it tries again, as it does a lost one."""
-    # Before the pool makes any connection: each copies the retry policy when it is made.
-    retry = client.get_retry()
-    if retry is not None:
-        retry.update_supported_errors([redis.exceptions.ReadOnlyError])
-    return client
+def _dropping_on_readonly(kwargs: dict[str, Any], retry_class: type) -> dict[str, Any]:
+    """Add to a single server's client `kwargs` a retry policy that drops a connection on READONLY too.
+
+    redis-py's default for a client made from a URL: no retry, and a connection that failed is
+    dropped before the error is raised. This keeps both (no retry: a command is never sent
+    twice) and counts READONLY as such a failure. A `retry` of `OPTIONS["connection"]` wins.
+    """
+    if "retry" in kwargs:
+        return kwargs
+    errors = (redis.ConnectionError, redis.TimeoutError, TimeoutError, redis.exceptions.ReadOnlyError)
+    return {**kwargs, "retry": retry_class(NoBackoff(), 0, supported_errors=errors)}
 
 
 def without_maintenance_notifications(factory: type) -> dict[str, Any]:
