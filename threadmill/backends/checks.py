@@ -13,6 +13,8 @@ from .options import BackendOptions
 from .preflight import ServerReport
 from .sentinel import is_sentinel_url, parse_sentinel_url
 
+#: The ids of the errors about OPTIONS' redis-py keyword arguments: a client made with them may not be made.
+KEYWORD_ERRORS = ("threadmill.E004", "threadmill.E005")
 #: The URL schemes REDIS_URL may have.
 URL_SCHEMES = ("redis://", "rediss://", "unix://", "valkey://", "valkeys://", "redis+sentinel://", "rediss+sentinel://")
 

@@ -57,7 +57,7 @@ def _init_parameters(*classes: type) -> dict[str, inspect.Parameter]:
     for cls in classes:
         for base in cls.__mro__:
             if "__init__" in vars(base):
-                for name, parameter in inspect.signature(base.__init__).parameters.items():
+                for name, parameter in inspect.signature(vars(base)["__init__"]).parameters.items():
                     if name != "self" and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
                         found.setdefault(name, parameter)
     return found

@@ -38,7 +38,7 @@ from ..redaction import redact_text, redact_url
 from ..schedules import Schedule, parse_schedules
 from . import clients, codec, layout, preflight
 from .aio import AsyncClients
-from .checks import check_backend, check_server
+from .checks import KEYWORD_ERRORS, check_backend, check_server
 from .cluster import ClusterTransport
 from .enqueue import Enqueuer
 from .errors import UNREACHABLE_ERRORS, translate_errors
@@ -321,8 +321,9 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBack
 
     def check(self, **kwargs) -> list:
         found = check_backend(self.alias, self.redis_url, self.config, cluster=self.cluster)
-        # A client made with a keyword redis-py refuses raises TypeError: no preflight then.
-        return found or check_server(self.preflight)
+        if any(error.id in KEYWORD_ERRORS for error in found):
+            return found  # a client made with a keyword redis-py refuses raises TypeError: no preflight
+        return found + check_server(self.preflight)
 
     @translate_errors
     def server_time(self) -> datetime:
