@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 
 import pytest
 
 from tests import tasks
 from tests.backends.conftest import same_server
+from tests.worker.conftest import ROOT, run_worker, worker_env
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.embedded import free_port
 from threadmill.exceptions import ServerUnreachable
@@ -143,3 +147,36 @@ def test_a_failed_enqueue_with_a_password_in_connection_never_shows_it(password_
         backend.enqueue(tasks.echo, ["never"], {})
     assert password_server.password not in str(failed.value)
     assert all(password_server.password not in record.getMessage() for record in caplog.records)
+
+
+def test_a_worker_pool_logs_in_with_connection_options_and_its_output_never_shows_the_password(password_server):
+    url = f"redis://127.0.0.1:{password_server.port}/0"
+    credentials = {"username": password_server.user, "password": password_server.password}
+    backend = RedisTaskBackend("default", {"REDIS_URL": url, "OPTIONS": {"connection": credentials}})
+    ids = [backend.enqueue(tasks.echo, [i], {}).id for i in range(10)]
+    env = worker_env(THREADMILL_TEST_REDIS_URL=url, THREADMILL_TEST_CONNECTION=json.dumps(credentials))
+    done = run_worker("-w", "1", "-t", "2", "--exit-empty", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {backend.get_result(task_id).status.name for task_id in ids} == {"SUCCESSFUL"}
+    assert password_server.password not in done.stdout + done.stderr
+
+
+def test_manage_py_check_names_a_refused_keyword_and_never_the_password(password_server):
+    connection = {"username": password_server.user, "password": password_server.password, "socket_timout": 1}
+    env = worker_env(
+        THREADMILL_TEST_REDIS_URL=f"redis://127.0.0.1:{password_server.port}/0",
+        THREADMILL_TEST_CONNECTION=json.dumps(connection),
+    )
+    checked = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    output = checked.stdout + checked.stderr
+    assert checked.returncode == 1, output
+    assert "threadmill.E004" in output and "'socket_timout' is not a keyword argument" in output
+    assert password_server.password not in output
