@@ -12,6 +12,8 @@ runs once more, bounded by what the pool held at the kill.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 import pytest
@@ -55,6 +57,12 @@ def on_sentinel(sentinel_set, settings) -> RedisTaskBackend:
 
 
 @pytest.fixture
+def stack():
+    with contextlib.ExitStack() as resources:
+        yield resources
+
+
+@pytest.fixture
 def hub(on_sentinel, monkeypatch):
     """A telemetry hub of the test's own as this process's hub, subscribed through the sentinels."""
     from threadmill.api import workers
@@ -70,7 +78,7 @@ def heard_since(hub, moment: float) -> bool:
 
 
 def test_a_primary_killed_mid_drain_is_replaced_through_sentinel_and_every_task_runs(
-    sentinel_set, on_sentinel, counter, start_pool, hub
+    sentinel_set, on_sentinel, counter, start_pool, hub, stack
 ):
     tally = Tally(on_sentinel, counter)
     tally.enqueue(TASKS, sleep_ms=20)
@@ -82,18 +90,22 @@ def test_a_primary_killed_mid_drain_is_replaced_through_sentinel_and_every_task_
     wait_for(lambda: pool.alive() and tally.successful() >= 50, lambda: f"a drain is under way ({tally.summary()})", 30)
     wait_for(lambda: heard_since(hub, 0), lambda: "the console's hub hears the pool", 10)
 
+    # A producer, sync and on an event loop, connected to the primary before it dies.
+    producer = RedisTaskBackend(
+        "default", {"REDIS_URL": sentinel_set.url, "OPTIONS": {"socket_timeout": 1, "enqueue_retry": 30}}
+    )
+    loop = stack.enter_context(asyncio.Runner())
+    tally.ids += [producer.enqueue(tasks.count_run, [], {}).id, loop.run(producer.aenqueue(tasks.count_run, [], {})).id]
+
     replica_port = next(s.port for s in sentinel_set.servers if s.port != sentinel_set.primary_port())
     finished_before = set(tally.finished())
     sentinel_set.kill_primary()  # SIGKILL: no goodbye to the replica or the sentinels
     killed = time.monotonic()
     assert len(finished_before) < TASKS, "the drain ended before the kill: nothing was tested"
 
-    # A producer goes on enqueueing while the primary is down: each call rides the failover out.
-    producer = RedisTaskBackend(
-        "default", {"REDIS_URL": sentinel_set.url, "OPTIONS": {"socket_timeout": 1, "enqueue_retry": 30}}
-    )
-    during = [producer.enqueue(tasks.count_run, [], {}).id for _ in range(DURING_FAILOVER)]
-    tally.ids += during
+    # The producer goes on enqueueing while the primary is down: each call rides the failover out.
+    tally.ids += [producer.enqueue(tasks.count_run, [], {}).id for _ in range(DURING_FAILOVER)]
+    tally.ids += [loop.run(producer.aenqueue(tasks.count_run, [], {})).id for _ in range(DURING_FAILOVER // 4)]
 
     wait_for(
         lambda: sentinel_set.primary_port() == replica_port,
@@ -108,7 +120,7 @@ def test_a_primary_killed_mid_drain_is_replaced_through_sentinel_and_every_task_
     twice = tally.ran_twice()
     print(
         f"\nsentinel failover: promoted {promoted - killed:.1f} s after the kill, drained {drained - promoted:.1f} s "
-        f"later; {len(tally.ids)} enqueued ({DURING_FAILOVER} during the failover), {len(finished_before)} finished "
+        f"later; {len(tally.ids)} enqueued ({DURING_FAILOVER + DURING_FAILOVER // 4} during the failover, sync and asyncio), {len(finished_before)} finished "
         f"before the kill, {len(tally.never_ran())} lost, {len(twice)} ran twice; hub lost its subscription "
         f"{hub.losses} times"
     )
