@@ -7,7 +7,8 @@ primary would; the connections made before still reach A, now a replica that ans
 write with READONLY. A client that kept such a connection would hear READONLY until it
 broke; Threadmill drops it at the first READONLY and the next call connects anew, through the
 proxy to B. The pool, its broker and a producer ride this out as through a restart: no process
-exits, every task runs once.
+exits, every task runs once. NOREPLICAS (a primary short of `min-replicas-to-write`) is the
+same kind of refusal, ridden out the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import redis
 from tests import tasks
 from tests.faults.conftest import Tally, fault_backend, wait_for, wait_for_drain
 from tests.faults.proxy import Proxy
+from threadmill.exceptions import ServerUnreachable
 
 pytestmark = pytest.mark.slow
 
@@ -112,3 +114,17 @@ def test_the_command_layer_s_pool_drops_a_connection_that_heard_readonly(a_and_b
     backend.client.set("threadmill-test:written", "on B")  # the next call connects anew, through the proxy to B
     with redis.Redis(port=replica.valkey.port) as on_b:
         assert on_b.get("threadmill-test:written") == b"on B"
+
+
+def test_noreplicas_drops_the_connection_and_is_retried_as_an_outage_until_the_replicas_are_there(fault_server):
+    backend = fault_backend(fault_server, enqueue_retry=0.3)
+    backend.enqueue(tasks.echo, ["before"], {})
+    admin = redis.Redis(port=fault_server.valkey.port)
+    admin.config_set("min-replicas-to-write", 1)  # no replica: every write is refused with NOREPLICAS
+    try:
+        with pytest.raises(ServerUnreachable, match=r"gave up after trying .*cannot take writes now.*NOREPLICAS"):
+            backend.enqueue(tasks.echo, ["refused"], {})
+        assert not backend.scripts.transport.connection()._sock, "the connection that heard NOREPLICAS is dropped"
+    finally:
+        admin.config_set("min-replicas-to-write", 0)
+    assert backend.enqueue(tasks.echo, ["after"], {}).status.name == "READY"

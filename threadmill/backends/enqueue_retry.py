@@ -34,9 +34,11 @@ MAX_PAUSE_S = 0.25
 def is_transient(error: BackendConnectionError) -> bool:
     """Whether `error` says the server cannot take the call now but may soon, so the call may go again.
 
-    Connection refused or reset, a timeout, `LOADING` (all `ServerUnreachable`, as are a cluster's
-    `TRYAGAIN`, `CLUSTERDOWN` and a redirection still wrong after a refresh), and `READONLY` (a
-    primary demoted to replica by a failover, still answering on its old address).
+    Connection refused or reset, a timeout, `LOADING`, a cluster's `TRYAGAIN`, `CLUSTERDOWN` and a
+    redirection still wrong after a refresh, and a failover's refusals, `READONLY` (a primary
+    demoted to replica, still answering on its old address), `MASTERDOWN`, `NOREPLICAS`: all
+    `ServerUnreachable` (`errors.is_failover_refusal`). A READONLY of an older release's
+    translation (a plain `BackendConnectionError`) still counts.
     """
     return isinstance(error, ServerUnreachable) or isinstance(error.__cause__, redis.exceptions.ReadOnlyError)
 
