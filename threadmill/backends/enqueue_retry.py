@@ -19,8 +19,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import redis
-
 from ..exceptions import BackendConnectionError, ServerUnreachable
 
 logger = logging.getLogger("threadmill.backend")
@@ -37,10 +35,9 @@ def is_transient(error: BackendConnectionError) -> bool:
     Connection refused or reset, a timeout, `LOADING`, a cluster's `TRYAGAIN`, `CLUSTERDOWN` and a
     redirection still wrong after a refresh, and a failover's refusals, `READONLY` (a primary
     demoted to replica, still answering on its old address), `MASTERDOWN`, `NOREPLICAS`: all
-    `ServerUnreachable` (`errors.is_failover_refusal`). A READONLY of an older release's
-    translation (a plain `BackendConnectionError`) still counts.
+    `ServerUnreachable` (`errors.is_failover_refusal`).
     """
-    return isinstance(error, ServerUnreachable) or isinstance(error.__cause__, redis.exceptions.ReadOnlyError)
+    return isinstance(error, ServerUnreachable)
 
 
 def pause_before(retry: int, left_s: float, jitter: float) -> float:
