@@ -10,8 +10,9 @@ class BackendConnectionError(ThreadmillError):
 
 
 class ServerUnreachable(BackendConnectionError):
-    """Raised when the Redis server cannot be reached or does not answer within `socket_timeout`.
+    """Raised when the Redis server cannot be reached, does not answer within `socket_timeout`, or is not the primary now.
 
+    The last is a failover's or a restart's refusal: READONLY, LOADING, MASTERDOWN, NOREPLICAS.
     Unlike a refused command, this is transient: a worker keeps its tasks and tries again.
     """
 

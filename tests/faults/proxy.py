@@ -12,6 +12,8 @@ Faults it makes, each on the connections passing through it:
 - `lose_replies(count)`: the next `count` replies from the server are dropped, each link that
   carried one closed with a reset instead: the command ran, its caller never hears so.
 - `normal()`: ends a stall and the added latency.
+- `point_at(port)`: new connections go to another server, open ones stay where they are, as a
+  DNS name moved to a new primary leaves the connections made before.
 
 The proxy runs an asyncio event loop on a thread of its own; each control returns once the
 loop has applied it, so a caller needs no sleep to know it holds.
@@ -122,6 +124,10 @@ class Proxy:
         """End a stall and the added latency."""
         self._call(self._normal())
 
+    def point_at(self, port: int, host: str = "127.0.0.1") -> None:
+        """Send the connections made from now on to `host:port`; open ones keep their server."""
+        self._call(self._point_at((host, port)))
+
     def connections(self) -> int:
         """The number of client connections open now."""
         return self._call(self._count())
@@ -167,6 +173,9 @@ class Proxy:
 
     async def _set_replies_to_lose(self, count: int) -> None:
         self._replies_to_lose = count
+
+    async def _point_at(self, target: tuple[str, int]) -> None:
+        self.target = target
 
     async def _normal(self) -> None:
         self._replies_to_lose = 0

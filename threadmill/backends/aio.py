@@ -21,15 +21,14 @@ connections to the garbage collector: they are dropped when the next loop first 
 The client's pool replaces a connection the server closed by the check redis-py's pools make
 when they hand it out. redis-py 8.1 skips that check while maintenance notifications are on,
 and turns them on by default under RESP3, so the first call after every restart failed;
-Threadmill uses none of them, so they are off here.
+Threadmill uses none of them, so `clients.async_client` turns them off.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import hiredis
@@ -40,12 +39,7 @@ from django.tasks import TaskResult
 from django.tasks.signals import log_task_enqueued, task_enqueued
 from redis.asyncio.connection import AbstractConnection
 
-try:
-    from redis.maint_notifications import MaintNotificationsConfig
-except ImportError:  # redis-py before 6.4 has no maintenance notifications
-    MaintNotificationsConfig = None
-
-from .errors import translated_errors
+from .errors import is_failover_refusal, translated_errors
 from .script_source import LuaScript
 from .transport import polls_readable
 
@@ -77,8 +71,9 @@ class LoopConnections:
 class AsyncClients:
     """Per running event loop, a `redis.asyncio` client (on a cluster a `RedisCluster`) and script connections."""
 
-    def __init__(self, url: str, socket_timeout: float, *, cluster: bool = False) -> None:
-        self.url = url
+    def __init__(self, make_client: Callable[[], AsyncClient], socket_timeout: float, *, cluster: bool = False) -> None:
+        #: Makes a client for the running loop (`clients.async_client`): its pool makes the script connections.
+        self._make_client = make_client
         self.socket_timeout = socket_timeout
         self.cluster = cluster
         self._by_loop: dict[asyncio.AbstractEventLoop, LoopConnections] = {}
@@ -89,7 +84,7 @@ class AsyncClients:
         loop = asyncio.get_running_loop()
         found = self._by_loop.get(loop)
         if found is None:
-            client = self._new_client()
+            client = self._make_client()
             count = 0 if self.cluster else CONNECTIONS_PER_LOOP  # the cluster client routes each call itself
             found = LoopConnections(client, [client.connection_pool.make_connection() for _ in range(count)])
             with self._lock:
@@ -110,16 +105,6 @@ class AsyncClients:
                 if self._by_loop.get(loop) is ending:
                     del self._by_loop[loop]
             await ending.aclose()
-
-    def _new_client(self) -> AsyncClient:
-        factory = redis.asyncio.cluster.RedisCluster if self.cluster else redis.asyncio.Redis
-        return factory.from_url(
-            self.url,
-            decode_responses=False,
-            socket_timeout=self.socket_timeout,
-            socket_connect_timeout=self.socket_timeout,
-            **_without_maintenance_notifications(factory),
-        )
 
     async def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Call `script` by its SHA, loading it once if the server does not know it."""
@@ -167,6 +152,8 @@ async def _run_on(connection: AbstractConnection, script: LuaScript, command: tu
     """
     if connection.is_connected and _closed_by_server(connection):
         await connection.disconnect()
+    if not connection.is_connected:
+        await connection.connect()  # its own connect(): a Sentinel-managed one asks for the primary there
     packed = hiredis.pack_command(command)
     try:
         return await _round_trip(connection, packed)
@@ -178,7 +165,12 @@ async def _run_on(connection: AbstractConnection, script: LuaScript, command: tu
 
 async def _round_trip(connection: AbstractConnection, packed: bytes) -> Any:
     await connection.send_packed_command(packed, check_health=False)
-    return await connection.read_response()
+    try:
+        return await connection.read_response()
+    except redis.ResponseError as e:
+        if is_failover_refusal(e):  # a demoted primary keeps refusing: the next call connects anew
+            await connection.disconnect()
+        raise
 
 
 def _closed_by_server(connection: AbstractConnection) -> bool:
@@ -233,10 +225,3 @@ def _receivers_fit_for_the_loop(sender: type) -> list | None:
     if async_receivers or any(receiver is not log_task_enqueued for receiver in sync_receivers):
         return None
     return sync_receivers
-
-
-def _without_maintenance_notifications(factory: type) -> dict[str, Any]:
-    """Return the client option that turns maintenance notifications off, where this redis-py has them."""
-    if MaintNotificationsConfig is None or "maint_notifications_config" not in inspect.signature(factory).parameters:
-        return {}
-    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}

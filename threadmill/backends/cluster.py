@@ -26,7 +26,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from .script_source import LuaScript
-from .transport import ServerTransport, reusable
+from .transport import ServerTransport, dropped_on_failover, reusable
 
 logger = logging.getLogger("threadmill.backend")
 
@@ -110,6 +110,10 @@ class ClusterTransport(ServerTransport):
                 # Sent but unanswered: it may have run, so it is not sent again.
                 connection.disconnect()
                 self._refresh(e)
+                raise
+            except redis.ResponseError as e:
+                if dropped_on_failover(connection, e):
+                    self._refresh(e)
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 

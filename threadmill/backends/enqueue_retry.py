@@ -19,8 +19,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import redis
-
 from ..exceptions import BackendConnectionError, ServerUnreachable
 
 logger = logging.getLogger("threadmill.backend")
@@ -34,13 +32,14 @@ MAX_PAUSE_S = 0.25
 def is_transient(error: BackendConnectionError) -> bool:
     """Whether `error` says the server cannot take the call now but may soon, so the call may go again.
 
-    Connection refused or reset, a timeout, `LOADING` (all `ServerUnreachable`, as are a cluster's
-    `TRYAGAIN`, `CLUSTERDOWN` and a redirection still wrong after a refresh), and `READONLY` (a
-    primary demoted to replica by a failover, still answering on its old address). Not a full
-    server's refusal (`ServerOutOfMemory`): memory is freed by workers draining or an operator,
-    not within a retry's seconds, so the caller hears at once.
+    Connection refused or reset, a timeout, `LOADING`, a cluster's `TRYAGAIN`, `CLUSTERDOWN` and a
+    redirection still wrong after a refresh, and a failover's refusals, `READONLY` (a primary
+    demoted to replica, still answering on its old address), `MASTERDOWN`, `NOREPLICAS`: all
+    `ServerUnreachable` (`errors.is_failover_refusal`).
+    Not a full server's refusal (`ServerOutOfMemory`): memory is freed by workers draining or an
+    operator, not within a retry's seconds, so the caller hears at once.
     """
-    return isinstance(error, ServerUnreachable) or isinstance(error.__cause__, redis.exceptions.ReadOnlyError)
+    return isinstance(error, ServerUnreachable)
 
 
 def pause_before(retry: int, left_s: float, jitter: float) -> float:

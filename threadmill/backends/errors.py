@@ -1,9 +1,10 @@
 """Driver errors translated at the boundary: what redis-py raises becomes Threadmill's own exceptions.
 
 A lost connection, a timeout or a cluster without a primary for a slot is `ServerUnreachable`
-(the caller rides it out); a refusal by the server is `BackendConnectionError`, and one for
-memory at `maxmemory` is `ServerOutOfMemory`; a WAITAOF refusal is `DurableEnqueueError`
-naming what to change.
+(the caller rides it out); so is a refusal that says the server is not, or not yet, the
+writable primary (`is_failover_refusal`); a refusal for memory at `maxmemory` is
+`ServerOutOfMemory`; any other refusal by the server is `BackendConnectionError`; a WAITAOF
+refusal is `DurableEnqueueError` naming what to change.
 """
 
 from __future__ import annotations
@@ -29,6 +30,32 @@ UNREACHABLE_ERRORS = (
     redis.exceptions.AskError,
 )
 
+#: What a NOREPLICAS refusal starts with: fewer good replicas than `min-replicas-to-write` (redis-py has no class for it).
+_NO_REPLICAS = "NOREPLICAS"
+
+
+def is_failover_refusal(error: BaseException) -> bool:
+    """Whether `error` is a refusal of a server that is not the writable primary now, so its connection is dropped.
+
+    READONLY (a primary demoted by a failover, or a DNS name that now points at a replica),
+    LOADING (a restarted server reading its data), MASTERDOWN (a replica without its primary)
+    and NOREPLICAS (too few replicas for `min-replicas-to-write`). Each ends when the failover
+    or the restart does; a connection kept to a demoted primary would keep hearing READONLY, so
+    the caller drops it and the next call connects anew (through Sentinel: to the new primary).
+    """
+    if isinstance(error, redis.exceptions.ReadOnlyError | redis.exceptions.BusyLoadingError):
+        return True
+    if isinstance(error, redis.exceptions.MasterDownError):
+        return True
+    return isinstance(error, redis.ResponseError) and str(error).startswith(_NO_REPLICAS)
+
+
+def _refused(error: redis.ResponseError) -> BackendConnectionError:
+    text = redact_text(str(error))
+    if is_failover_refusal(error):
+        return ServerUnreachable(f"The Redis server cannot take writes now (a failover or a restart): {text}")
+    return BackendConnectionError(f"The Redis server refused a Threadmill script: {text}")
+
 
 def translate_errors(method):
     """Re-raise redis-py's errors: connection losses and timeouts as ServerUnreachable, the rest as BackendConnectionError."""
@@ -42,7 +69,7 @@ def translate_errors(method):
         except redis.exceptions.OutOfMemoryError as e:
             raise out_of_memory(e) from e
         except redis.ResponseError as e:
-            raise BackendConnectionError(f"The Redis server refused a Threadmill script: {redact_text(str(e))}") from e
+            raise _refused(e) from e
 
     return wrapper
 
@@ -57,7 +84,7 @@ def translated_errors() -> Iterator[None]:
     except redis.exceptions.OutOfMemoryError as e:
         raise out_of_memory(e) from e
     except redis.ResponseError as e:
-        raise BackendConnectionError(f"The Redis server refused a Threadmill script: {redact_text(str(e))}") from e
+        raise _refused(e) from e
 
 
 def out_of_memory(

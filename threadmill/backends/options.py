@@ -71,6 +71,10 @@ class BackendOptions:
     limits: Mapping[str, QueueLimit] = field(default_factory=dict)
     #: Longest an enqueue keeps trying through a restart or failover, seconds; 0 tries once.
     enqueue_retry: float = DEFAULT_ENQUEUE_RETRY_S
+    #: redis-py keyword arguments of every client and connection (`backends.clients`); checked by `check`.
+    connection: Mapping[str, Any] = field(default_factory=dict)
+    #: redis-py keyword arguments of the clients of the sentinels of a `redis+sentinel://` REDIS_URL.
+    sentinel: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def heartbeat_settle(self) -> float:
@@ -86,6 +90,8 @@ class BackendOptions:
 _FLAGS = {"fsync_enqueue"}
 #: Options that are a count, zero allowed.
 _COUNTS = {"wait_replicas"}
+#: Options that are redis-py keyword arguments, by name (checked against redis-py by `checks`).
+_KEYWORDS = {"connection", "sentinel"}
 #: Durations where zero is allowed (it turns the behaviour off).
 _ZERO_ALLOWED = {"enqueue_retry"}
 #: Most partitions an alias can have: a task id carries its partition in one byte.
@@ -149,6 +155,9 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
             continue
         if name == "limits":
             continue
+        if name in _KEYWORDS:
+            parsed[name] = _keywords(alias, name, value)
+            continue
         if name == "task_timeout" and value is None:
             parsed[name] = None
             continue
@@ -166,6 +175,15 @@ def parse_options(alias: str, raw: dict[str, Any]) -> BackendOptions:
         parsed[name] = number
     parsed["limits"] = _limits(alias, raw.get("limits", {}), parsed.get("partitions", 1))
     return BackendOptions(**parsed)
+
+
+def _keywords(alias: str, name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}]['OPTIONS'][{name!r}] must be a dict of redis-py keyword arguments, "
+            f"not a {type(value).__name__}."
+        )
+    return dict(value)
 
 
 def _limits(alias: str, raw: Any, partitions: int) -> dict[str, QueueLimit]:

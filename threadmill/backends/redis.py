@@ -36,9 +36,9 @@ from ..limits import LimitError, QueueLimit, check_partitions, encode, parse_rat
 from ..outcome import ended_by
 from ..redaction import redact_text, redact_url
 from ..schedules import Schedule, parse_schedules
-from . import codec, layout, preflight
+from . import clients, codec, layout, preflight
 from .aio import AsyncClients
-from .checks import check_backend, check_server
+from .checks import KEYWORD_ERRORS, check_backend, check_server
 from .cluster import ClusterTransport
 from .enqueue import Enqueuer
 from .errors import UNREACHABLE_ERRORS, translate_errors
@@ -47,6 +47,7 @@ from .options import parse_options
 from .preflight import ServerReport
 from .routing import PartitionRouting
 from .scripts import RedisScripts
+from .sentinel import is_sentinel_url
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 from .worker_verbs import WorkerVerbs
 
@@ -87,6 +88,11 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBack
         self.cluster = params.get("CLUSTER", False)
         if not isinstance(self.cluster, bool):
             raise ImproperlyConfigured(f"TASKS[{alias!r}]['CLUSTER'] must be True or False, not {self.cluster!r}.")
+        if self.cluster and is_sentinel_url(redis_url):
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}] has CLUSTER True and a redis+sentinel:// REDIS_URL; a cluster has no Sentinel. "
+                "Name a node of the cluster, or set CLUSTER False."
+            )
         #: The parsed OPTIONS; `self.options` stays the mapping Django sets from them.
         self.config = parse_options(alias, params.get("OPTIONS", {}))
         unknown = sorted(set(self.config.limits) - set(self.queues)) if self.queues else []
@@ -115,29 +121,23 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBack
     def client(self) -> redis.Redis | RedisCluster:
         """The redis-py client (the cluster client with CLUSTER), created on first use (replies are bytes)."""
         if self._client is None:
-            # A timeout on every read, so a hung server (SIGSTOP, a dead host) fails a call
-            # instead of blocking its thread for good; the worker then backs off and retries.
-            timeouts = {
-                "socket_timeout": self.config.socket_timeout,
-                "socket_connect_timeout": self.config.socket_timeout,
-            }
-            if self.cluster:
+            try:
                 # The cluster client reads the slot map on creation: no node answering is an outage.
-                try:
-                    self._client = RedisCluster.from_url(self.redis_url, decode_responses=False, **timeouts)
-                except UNREACHABLE_ERRORS as e:
-                    raise ServerUnreachable(
-                        f"Cannot reach the Redis Cluster at {self.server_address}: {self._redacted(e)}"
-                    ) from e
-            else:
-                self._client = redis.Redis.from_url(self.redis_url, decode_responses=False, **timeouts)
+                self._client = clients.sync_client(self.redis_url, self.config, cluster=self.cluster)
+            except UNREACHABLE_ERRORS as e:
+                raise ServerUnreachable(
+                    f"Cannot reach the Redis Cluster at {self.server_address}: {self._redacted(e)}"
+                ) from e
         return self._client
 
     @property
     def aio(self) -> AsyncClients:
         """The asyncio clients, one per running event loop."""
         if self._aio is None:
-            self._aio = AsyncClients(self.redis_url, self.config.socket_timeout, cluster=self.cluster)
+            url, config, cluster = self.redis_url, self.config, self.cluster
+            self._aio = AsyncClients(
+                lambda: clients.async_client(url, config, cluster=cluster), config.socket_timeout, cluster=cluster
+            )
         return self._aio
 
     @property
@@ -320,7 +320,10 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBack
         return run_after.timestamp()
 
     def check(self, **kwargs) -> list:
-        return check_backend(self.alias, self.redis_url, self.config) + check_server(self.preflight)
+        found = check_backend(self.alias, self.redis_url, self.config, cluster=self.cluster)
+        if any(error.id in KEYWORD_ERRORS for error in found):
+            return found  # a client made with a keyword redis-py refuses raises TypeError: no preflight
+        return found + check_server(self.preflight)
 
     @translate_errors
     def server_time(self) -> datetime:

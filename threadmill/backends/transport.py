@@ -18,22 +18,28 @@ from typing import Any
 
 import redis
 
-from .errors import durable_enqueue_error
+from .errors import durable_enqueue_error, is_failover_refusal
 from .script_source import LuaScript
 
 
 def reusable(connection: redis.Connection) -> redis.Connection:
-    """Return a kept connection fit to send on: one the server closed (a restart, CLIENT KILL) is dropped first.
+    """Return a kept connection fit to send on, connected: one the server closed (a restart, CLIENT KILL) is made anew.
 
     The check redis-py's pool makes when it hands out a connection, which ours (kept per
     thread) never pass through. An idle request/response connection whose socket polls
-    readable holds the server's FIN or RST, or a reply nobody read: nothing to keep, and
-    `send_command` connects anew. A poll, no round trip: measured 0.4 us a call, against
+    readable holds the server's FIN or RST, or a reply nobody read: nothing to keep, and it
+    is connected anew. A poll, no round trip: measured 0.4 us a call, against
     1.5 us for redis-py's `connect()` and `can_read()` and 15 us for the call itself.
     """
-    sock = getattr(connection, "_sock", None)  # None: not connected, send_command connects
+    sock = getattr(connection, "_sock", None)
     if sock is not None and polls_readable(sock):
         connection.disconnect()
+        sock = None
+    if sock is None:
+        # Through the connection's own connect(), not send_command's: a Sentinel-managed
+        # connection asks the sentinels for the primary there (send_command would dial its
+        # last address, or localhost:6379 the first time).
+        connection.connect()
     return connection
 
 
@@ -42,6 +48,30 @@ def polls_readable(sock: Any) -> bool:
     poller = select.poll()
     poller.register(sock, select.POLLIN)  # POLLHUP and POLLERR are reported whatever the mask
     return bool(poller.poll(0))
+
+
+def dropped_on_failover(connection: redis.Connection, error: redis.ResponseError) -> bool:
+    """Drop `connection` if `error` is a failover's refusal (READONLY and kin, `errors.is_failover_refusal`); say whether.
+
+    Only on that error, so the default path pays nothing: the next call connects anew, and
+    through Sentinel asks for the primary again.
+    """
+    if not is_failover_refusal(error):
+        return False
+    connection.disconnect()
+    return True
+
+
+def _evalsha(connection: redis.Connection, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    """Send EVALSHA of `script` on `connection` and return its reply; on NOSCRIPT load it first."""
+    try:
+        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        return connection.read_response()
+    except redis.exceptions.NoScriptError:
+        connection.send_command("SCRIPT", "LOAD", script.source)
+        connection.read_response()
+        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        return connection.read_response()
 
 
 class ServerTransport:
@@ -72,16 +102,12 @@ class ServerTransport:
         """Run `script` by its SHA (loading it first where the server lacks it) and return its reply."""
         connection = self.connection()
         try:
-            reusable(connection)
-            connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            return connection.read_response()
-        except redis.exceptions.NoScriptError:
-            connection.send_command("SCRIPT", "LOAD", script.source)
-            connection.read_response()
-            connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            return connection.read_response()
+            return _evalsha(reusable(connection), script, keys, args)
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()
+            raise
+        except redis.ResponseError as e:
+            dropped_on_failover(connection, e)
             raise
 
     def run_durably(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any], wait_s: float) -> tuple:
@@ -110,6 +136,8 @@ class ServerTransport:
             connection.send_command("WAITAOF", 1, 0, wait_ms)
             return connection.read_response()
         except redis.ResponseError as e:
+            if dropped_on_failover(connection, e):
+                raise
             raise durable_enqueue_error(e) from e
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()
@@ -125,4 +153,7 @@ class ServerTransport:
             return None if reply is None else reply[0].decode()
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()
+            raise
+        except redis.ResponseError as e:
+            dropped_on_failover(connection, e)
             raise
