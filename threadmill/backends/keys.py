@@ -16,6 +16,15 @@ from redis.crc import key_slot
 
 from ..base import Segment
 
+#: The ACL rules of a Redis user that runs Threadmill's producers, workers, broker, operator commands
+#: and console and nothing else: every key and channel under `threadmill:`, reads, writes, scripts,
+#: pub/sub, the connection's own commands, TIME and INFO (the preflight), and no other dangerous
+#: command (no CONFIG, KEYS, SCAN, CLIENT KILL, FLUSHALL). `ACL SETUSER <name> on ><password> <rules>`.
+ACL_RULES = (
+    "~threadmill:* &threadmill:* -@all +@read +@write +@scripting +@pubsub +@connection +@transaction "
+    "+time -@dangerous +info"
+)
+
 #: Ready score band width: score = (100 - priority) * band + enqueue milliseconds.
 PRIORITY_BAND = 10**13
 #: The task hash fields a read of one task fetches, in this order.
