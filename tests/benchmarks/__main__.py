@@ -1,7 +1,7 @@
 """Run the benchmarks: `python -m tests.benchmarks [NAME ...]`, each NAME a benchmark listed below or `charts`.
 
-With no name it runs every benchmark but `faults`, `cluster`, `integrations` and `memory`, then renders the charts. `charts` alone
-re-renders the charts from the JSON results without measuring anything.
+With no name it runs every benchmark but `faults`, `cluster`, `integrations` and `memory`, then renders the
+charts. `charts` alone re-renders the charts from the JSON results without measuring anything.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def main() -> None:
 
         memory.run(
             tasks=args.tasks or memory.DEFAULT_TASKS,
-            repeats=3 if args.repeats is None else args.repeats,
+            repeats=1 if args.repeats is None else args.repeats,
             peer_names=peers_for("memory", args.peers),
             million=args.million,
         )

@@ -5,13 +5,15 @@ deferred (due in an hour) or finished (drained by the system's own worker, its r
 at the system's default retention), with a small payload (one int) or a 5 KB one. The
 figure is the change of `INFO memory` `used_memory` over the fill, divided by N: every byte
 the server allocated for the tasks (keys, values, the main and expires dictionaries, and the
-allocator's rounding of each allocation to its size class; not the allocator's free pages).
-The fill and the worker run in processes of their own and have exited (their connections
-closed) before the second reading, which waits for the server's lazy frees to finish.
+allocator's rounding of each allocation to its size class; not the allocator's free pages),
+less the script cache, which FLUSHALL keeps. celery's deferred tasks are counted in the
+broker's list, where they wait until a worker takes them (and holds them in its `unacked`
+hash). The fill and the worker run in processes of their own and have exited (their
+connections closed) before the second reading, which waits for the server's lazy frees.
 
 The first repeat also sums `MEMORY USAGE` (SAMPLES 0) of every key by its kind (the task id
 and minute numbers replaced by `<id>` and `<n>`), and lists the fields of one threadmill task
-hash in each state. `python -m tests.benchmarks.memory fill SYSTEM STATE PAYLOAD N` is one fill.
+hash in each state, with what each candidate cut would save (`memory_fields`). `python -m tests.benchmarks.memory fill SYSTEM STATE PAYLOAD N` is one fill.
 `--million` enqueues 1,000,000 echo tasks with `enqueue_many` and reports the server's memory.
 """
 
@@ -97,10 +99,10 @@ def sender(system: str, lead: timedelta | None) -> Any:
             return echo.enqueue
         return lambda v: echo.using(run_after=datetime.now(UTC) + lead).enqueue(v)
     if system == "dramatiq":
-        from .peers.dramatiq_app import echo
+        from .peers.dramatiq_app import echo as dramatiq_echo
 
         delay = None if lead is None else int(lead.total_seconds() * 1000)
-        return lambda v: echo.send_with_options(args=(v,), delay=delay)
+        return lambda v: dramatiq_echo.send_with_options(args=(v,), delay=delay)
     if system == "celery":
         from .peers.celery_app import echo as celery_echo
 
@@ -282,7 +284,7 @@ def row_name(system: str, state: str, payload: str) -> str:
 
 
 def run(
-    tasks: int = DEFAULT_TASKS, repeats: int = 3, peer_names: list[str] | None = None, million: bool = False
+    tasks: int = DEFAULT_TASKS, repeats: int = 1, peer_names: list[str] | None = None, million: bool = False
 ) -> dict[str, Any]:
     """Measure every row `repeats` times, interleaved (and the million row once), and print and write the medians."""
     table = rows(DEFAULT_PEERS if peer_names is None else peer_names)
@@ -291,7 +293,7 @@ def run(
     with valkey() as server:
         ctx = Context(server, scratch)
         version = server_version(ctx.client)
-        for system in dict.fromkeys(row[0] for row in table):
+        for system in dict.fromkeys(row[0] for row in table) if repeats else ():
             fill_in_process(ctx, system, "ready", "int", WARM_UP_TASKS)
         for repeat in range(repeats):
             for row in table:
@@ -306,9 +308,11 @@ def run(
     figures.update({"server": version, "method": __doc__.split("\n\n")[1].replace("\n", " ")})
     if table and repeats:
         figures.update({"tasks": tasks, "repeats": repeats, "retention": RETENTION, "rows": summarise(table, runs)})
+        # The table and the million row may come from different runs: each keeps what it was measured on.
+        figures["rows_measured_on"] = report.machine()
         print_memory(figures)
     if big:
-        figures["million"] = big
+        figures["million"] = {**big, "measured_on": report.machine()}
         print(f"\n1,000,000 ready echo tasks: {big['used_memory_mb']:,.1f} MB ({big['bytes_per_task']:,.0f} B/task)")
     print(f"\nwrote {report.write_results('memory', figures)}")
     return figures

@@ -18,12 +18,18 @@ SCRATCH_DB = 15
 #: Members of the scratch sorted sets that price a shorter task id.
 ID_SAMPLE = 10_000
 #: Top-level fields of the task document (`data`) that hold their default until the task runs.
-DATA_DEFAULTS = {
+DATA_DEFAULTS: dict[str, Any] = {
     "status": "READY", "started_at": None, "last_attempted_at": None, "finished_at": None, "errors": [],
     "worker_ids": [],
 }  # fmt: skip
 #: Fields of the task's own description (`data["task"]`) at the `@task` defaults.
-TASK_DEFAULTS = {"priority": 0, "backend": "default", "context": False, "run_after": None, "retry": None}
+TASK_DEFAULTS: dict[str, Any] = {
+    "priority": 0,
+    "backend": "default",
+    "context": False,
+    "run_after": None,
+    "retry": None,
+}
 #: Fields of the finished document (`result`) that repeat what `data` holds, unchanged by the run.
 RESULT_REPEATS = ("task", "id", "args", "kwargs", "enqueued_at")
 
@@ -131,7 +137,7 @@ def task_hash_report(client: redis.Redis, scratch: redis.Redis) -> dict[str, Any
     key = next(client.scan_iter(match="threadmill:*:task:*", count=1000))
     fields = client.hgetall(key)
     base = usage_of(scratch, key, fields)
-    saving = {name: base - usage_of(scratch, key, variant) for name, variant in cuts(fields).items()}
+    saving: dict[str, float] = {name: base - usage_of(scratch, key, v) for name, v in cuts(fields).items()}
     listpack, encoding = listpack_usage(scratch, key, fields)
     saving[f"server setting: hash-max-listpack-value above the longest value ({encoding} encoding)"] = base - listpack
     task_id = key.rsplit(b":", 1)[1]
