@@ -1,7 +1,7 @@
 """Run the benchmarks: `python -m tests.benchmarks [NAME ...]`, each NAME a benchmark listed below or `charts`.
 
-With no name it runs every benchmark but `faults`, `cluster` and `integrations`, then renders the charts. `charts` alone
-re-renders the charts from the JSON results without measuring anything.
+With no name it runs every benchmark but `faults`, `cluster`, `integrations` and `memory`, then renders the
+charts. `charts` alone re-renders the charts from the JSON results without measuring anything.
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ import argparse
 import signal
 
 BENCHMARKS = (
-    "backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "faults", "cluster", "integrations",
+    "backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "memory", "faults", "cluster",
+    "integrations",
 )  # fmt: skip
 #: What runs when no benchmark is named; the fault table takes minutes of real outages and the
 #: cluster drain starts a cluster of its own, so both only on request. The remote drain and the
-#: fairness rows take about three minutes each at the default repeats, so they stay in.
+#: fairness rows take about three minutes each at the default repeats, so they stay in. The memory
+#: table changes only with the stored layout, so it too runs when named.
 DEFAULT_BENCHMARKS = ("backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "charts")
 #: Peers each benchmark knows; --peers picks among them and each benchmark takes the ones it knows.
 KNOWN_PEERS = {
@@ -24,6 +26,7 @@ KNOWN_PEERS = {
     "idle": ("celery", "dramatiq", "huey", "rq"),
     "deferred": ("celery", "dramatiq", "huey", "rq"),
     "enqueue": ("dramatiq", "celery", "huey", "rq"),
+    "memory": ("dramatiq", "celery", "rq"),
 }
 
 
@@ -45,7 +48,7 @@ def parse() -> argparse.Namespace:
         "--tasks",
         type=int,
         default=None,
-        help="tasks per backend, drain, remote and enqueue measurement (default 20,000; 10,000 for remote, "
+        help="tasks per backend, drain, remote, enqueue and memory measurement (default 20,000; 10,000 for remote, "
         "where dramatiq's are capped at 5,000 and celery's at 2,500; 2,000 for faults)",
     )
     parser.add_argument("--repeats", type=int, default=None, help="repeats per figure; the median is reported")
@@ -74,6 +77,11 @@ def parse() -> argparse.Namespace:
         "--pool-workers", type=int, default=10, help="worker processes of the idle pool measured at rest (0 skips it)"
     )
     parser.add_argument("--batch", type=int, default=100, help="tasks per enqueue_many call (default 100)")
+    parser.add_argument(
+        "--million",
+        action="store_true",
+        help="memory: also enqueue 1,000,000 echo tasks with enqueue_many and report the server's memory",
+    )
     parser.add_argument(
         "--fault", default=None, help="faults: only the rows whose name contains this text (default every row)"
     )
@@ -157,6 +165,15 @@ def main() -> None:
             repeats=args.repeats or 3,
             batch=args.batch,
             peer_names=peers_for("enqueue", args.peers),
+        )
+    if "memory" in args.benchmarks:
+        from . import memory
+
+        memory.run(
+            tasks=args.tasks or memory.DEFAULT_TASKS,
+            repeats=1 if args.repeats is None else args.repeats,
+            peer_names=peers_for("memory", args.peers),
+            million=args.million,
         )
     if "cluster" in args.benchmarks:
         from . import cluster
