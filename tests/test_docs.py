@@ -3,6 +3,8 @@
 The build is the README's: `python -m sphinx -W --keep-going -b html docs OUT`, into a
 temporary folder (a test run writes nothing into the tree), offline. Warnings fail it, which
 covers a page left out of every toctree, a broken internal link or anchor, and a missing image.
+The README is the landing page: short, its intro and quick start the site's own text (included),
+its links and pictures pointing at files that exist, and every picture in docs/images shown.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ from threadmill.backends.options import BackendOptions
 from threadmill.cli import SUBCOMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: The README is a landing page; the guide is the site (issue 31).
+README_MAX_LINES = 300
+#: A Markdown link or picture: `[text](target)` / `![alt](target)`.
+LINK = re.compile(r"(!?)\[[^\]]*\]\(([^)\s]+)\)")
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
 from threadmill_docs import command_parser, option_docs
@@ -82,3 +90,48 @@ def test_the_api_reference_names_every_public_name(site):
         if not name.startswith("_") and getattr(value, "__module__", None) == retry.__name__
     ]
     assert [name for name in names if name not in text] == []
+
+
+def words(text: str) -> str:
+    """Return the words of `text` in order, whatever Markdown or HTML put around them."""
+    return " ".join(re.findall(r"\w+", text))
+
+
+def between(text: str, name: str) -> str:
+    start, end = f"<!-- docs:{name}-start -->", f"<!-- docs:{name}-end -->"
+    assert text.count(start) == 1 and text.count(end) == 1, f"the README needs one pair of {name} markers"
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def markdown_targets(path: Path) -> list[tuple[bool, str]]:
+    """Return each local link or picture target of a Markdown file: (is a picture, target without #anchor)."""
+    found = [(bang == "!", target.split("#", 1)[0]) for bang, target in LINK.findall(path.read_text())]
+    return [(image, target) for image, target in found if target and not re.match(r"[a-z]+:", target)]
+
+
+def test_the_readme_is_a_landing_page_of_at_most_300_lines():
+    assert len(README.read_text().splitlines()) <= README_MAX_LINES
+
+
+@pytest.mark.parametrize(("name", "page"), [("intro", "index.html"), ("quickstart", "tutorial/quick-start.html")])
+def test_the_site_shows_the_readme_text_it_includes(site, name, page):
+    shared = words(re.sub(r"(?m)^```.*$", "", between(README.read_text(), name)))  # fences and their language
+    assert len(shared) > 200
+    assert shared in words(page_text(site, page))
+
+
+def test_the_readme_keeps_the_test_command_ci_runs():
+    command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert command == "bash .ci/bootstrap test && .venv/bin/python -m pytest"
+    assert f"\n{command}\n" in between(README.read_text(), "quickstart")
+
+
+def test_the_readme_links_only_to_files_that_exist():
+    assert [t for _, t in markdown_targets(README) if not (ROOT / t).exists()] == []
+
+
+def test_every_picture_in_docs_images_is_shown_by_the_readme_or_a_page():
+    shown = {(ROOT / t).resolve() for image, t in markdown_targets(README) if image}
+    for page in DOCS.rglob("*.md"):
+        shown |= {(page.parent / t).resolve() for image, t in markdown_targets(page) if image}
+    assert sorted(p.name for p in (DOCS / "images").iterdir() if p.resolve() not in shown) == []

@@ -1,9 +1,10 @@
-"""The least-privilege ACL the README documents (`keys.ACL_RULES`) runs everything, and the ACL LOG stays empty.
+"""The least-privilege ACL of the docs (`keys.ACL_RULES`) runs everything, and the ACL LOG stays empty.
 
 A user with exactly those rules enqueues (one, many, asyncio, unique, deferred), drains with a real
 pool, has a worker killed -9 under a running task and recovered by the next pool, cancels, pauses
 and resumes, and reads the console's overview, a task page and `threadmill status`; then the server's
-ACL LOG, which records every command or key a user was denied, is empty.
+ACL LOG, which records every command or key a user was denied, is empty. The rules are printed in
+docs/how-to/production-redis.md.
 """
 
 from __future__ import annotations
@@ -112,5 +113,6 @@ def test_the_documented_acl_runs_producers_workers_recovery_and_the_console_with
     assert denials(admin) == []
 
 
-def test_the_readme_gives_exactly_these_rules():
-    assert f"ACL SETUSER threadmill on >PASSWORD {ACL_RULES}" in (ROOT / "README.md").read_text()
+def test_the_production_redis_page_gives_exactly_these_rules():
+    page = ROOT / "docs" / "how-to" / "production-redis.md"
+    assert f"ACL SETUSER threadmill on >PASSWORD {ACL_RULES}" in page.read_text()
