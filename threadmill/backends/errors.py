@@ -57,6 +57,10 @@ def _refused(error: redis.ResponseError) -> BackendConnectionError:
     return BackendConnectionError(f"The Redis server refused a Threadmill script: {text}")
 
 
+#: The driver errors `translate_errors` turns into Threadmill's; any other passes through as it is.
+_TRANSLATED = (*UNREACHABLE_ERRORS, redis.ResponseError)
+
+
 def translate_errors(method):
     """Re-raise redis-py's errors: connection losses and timeouts as ServerUnreachable, the rest as BackendConnectionError."""
 
@@ -64,12 +68,8 @@ def translate_errors(method):
     def wrapper(*args, **kwargs):
         try:
             return method(*args, **kwargs)
-        except UNREACHABLE_ERRORS as e:
-            raise ServerUnreachable(f"Cannot reach the Redis server: {redact_text(str(e))}") from e
-        except redis.exceptions.OutOfMemoryError as e:
-            raise out_of_memory(e) from e
-        except redis.ResponseError as e:
-            raise _refused(e) from e
+        except _TRANSLATED as e:
+            raise _translation(e) from e
 
     return wrapper
 
@@ -79,12 +79,17 @@ def translated_errors() -> Iterator[None]:
     """The same translation as `translate_errors`, for a block (the asyncio client's calls)."""
     try:
         yield
-    except UNREACHABLE_ERRORS as e:
-        raise ServerUnreachable(f"Cannot reach the Redis server: {redact_text(str(e))}") from e
-    except redis.exceptions.OutOfMemoryError as e:
-        raise out_of_memory(e) from e
-    except redis.ResponseError as e:
-        raise _refused(e) from e
+    except _TRANSLATED as e:
+        raise _translation(e) from e
+
+
+def _translation(error: Exception) -> BackendConnectionError:
+    """Return Threadmill's exception for a driver error of `_TRANSLATED`."""
+    if isinstance(error, UNREACHABLE_ERRORS):
+        return ServerUnreachable(f"Cannot reach the Redis server: {redact_text(str(error))}")
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        return out_of_memory(error)
+    return _refused(error)  # the rest of _TRANSLATED: a ResponseError
 
 
 def out_of_memory(
