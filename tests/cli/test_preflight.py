@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 import redis
 
-from tests.cli.test_status import threadmill
+from tests.cli.test_status import manage, threadmill
 from tests.proxy import InfoRewritingProxy, version_rewrite
-from tests.worker.conftest import ROOT, run_worker, worker_env
+from tests.worker.conftest import run_worker, worker_env
 
 
 def check(**env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=worker_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return manage("check", **env)
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru"])

@@ -14,8 +14,13 @@ from tests.worker.conftest import ROOT, worker_env
 
 
 def threadmill(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return manage("threadmill", *args, **env)
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """Run `manage.py ARGS` to completion with the tests' settings (and `env`), its output captured."""
     return subprocess.run(
-        [sys.executable, "manage.py", "threadmill", *args],
+        [sys.executable, "manage.py", *args],
         cwd=ROOT,
         env=worker_env(**env),
         capture_output=True,

@@ -184,25 +184,13 @@ def keyword_problems(given: Mapping[str, Any], accepted: Mapping[str, inspect.Pa
         if parameter is None:
             problems.append(f"{name!r} is not a keyword argument of {taker}")
             continue
-        wanted = _wanted_type(parameter.default)
-        if wanted is not None and not _is_a(value, wanted):
-            problems.append(f"{name!r} must be {wanted}, not {type(value).__name__}")
+        for kind, words in _CHECKED_KINDS:
+            if isinstance(parameter.default, kind):
+                if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+                    problems.append(f"{name!r} must be {words}, not {type(value).__name__}")
+                break
     return problems
 
 
-def _wanted_type(default: Any) -> str | None:
-    if isinstance(default, bool):
-        return "True or False"
-    if isinstance(default, int | float):
-        return "a number"
-    if isinstance(default, str):
-        return "a string"
-    return None
-
-
-def _is_a(value: Any, wanted: str) -> bool:
-    if wanted == "True or False":
-        return isinstance(value, bool)
-    if wanted == "a number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return isinstance(value, str)
+#: The defaults whose type a value must share, the first that matches (a bool is an int too), in words.
+_CHECKED_KINDS: tuple[tuple[Any, str], ...] = ((bool, "True or False"), (int | float, "a number"), (str, "a string"))

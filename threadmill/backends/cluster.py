@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,10 +37,6 @@ class ClusterTransport(ServerTransport):
     """Script calls to a cluster, each sent to the primary owning its keys' slot over this thread's connection to it."""
 
     client: RedisCluster
-
-    def __init__(self, client: RedisCluster) -> None:
-        self.client = client
-        self._local = threading.local()
 
     def _connections(self) -> dict[str, Any]:
         """Return this thread's raw connections by node name (`host:port`), made anew in a forked child."""

@@ -290,7 +290,8 @@ class Enqueuer:
     ) -> list[ThreadmillTaskResult]:
         # WAITAOF waits at most half the socket timeout, so the server's own "not yet" arrives
         # before the client would give the connection up as lost.
-        durable_within_s = self.backend.config.socket_timeout / 2 if self.backend.config.fsync_enqueue else None
+        config = self.backend.config
+        durable_within_s = config.socket_timeout / 2 if config.fsync_enqueue else None
         if partition is not None:
             self.backend.check_layout()  # stamps the partitioned layout and this P before the first partitioned task
         entries = [p.entry for p in prepared]
@@ -303,20 +304,20 @@ class Enqueuer:
             reply = scripts.enqueue_many(
                 task.queue_name, entries, minute, durable_within_s, unique=unique, task_limit=limit
             )
-            if self.backend.config.wait_replicas:
+            if config.wait_replicas:
                 # As WAITAOF's, the wait ends before the client would give the connection up as lost.
                 ids = [p.id for p in prepared]
                 translate_errors(wait_for_replicas)(
                     scripts,
                     scripts.keys.queues(),
-                    self.backend.config.wait_replicas,
-                    self.backend.config.socket_timeout / 2,
+                    config.wait_replicas,
+                    config.socket_timeout / 2,
                     ids,
                 )
             return reply
 
         try:
-            reply, retries = retrying(self.backend.config.enqueue_retry, entries, send)
+            reply, retries = retrying(config.enqueue_retry, entries, send)
         except ServerOutOfMemory as e:
             raise self.refused_for_memory(e, entries) from e.__cause__
         reply = reply.without_own(prepared)

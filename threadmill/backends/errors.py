@@ -43,9 +43,9 @@ def is_failover_refusal(error: BaseException) -> bool:
     or the restart does; a connection kept to a demoted primary would keep hearing READONLY, so
     the caller drops it and the next call connects anew (through Sentinel: to the new primary).
     """
-    if isinstance(error, redis.exceptions.ReadOnlyError | redis.exceptions.BusyLoadingError):
-        return True
-    if isinstance(error, redis.exceptions.MasterDownError):
+    if isinstance(
+        error, redis.exceptions.ReadOnlyError | redis.exceptions.BusyLoadingError | redis.exceptions.MasterDownError
+    ):
         return True
     return isinstance(error, redis.ResponseError) and str(error).startswith(_NO_REPLICAS)
 

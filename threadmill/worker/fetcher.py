@@ -21,7 +21,8 @@ A process that turns quiet or stopping while it waits passes on the token it may
 Riding out the server: a call that cannot reach it (`ServerUnreachable`), or that a full server
 refuses (`ServerOutOfMemory`: this release's task path scripts run on a full server, an older
 release's do not), keeps everything in memory (buffered tasks still run, outcomes wait) and the
-fetcher tries again after a pause that doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`. Acknowledgements are fenced by
+fetcher tries again after a pause that doubles from `RECONNECT_PAUSE_S` to `RECONNECT_MAX_PAUSE_S`.
+Acknowledgements are fenced by
 lease token, so one that arrives after the broker took the task back is refused. The leases
 an acquire took whose reply was lost are handed back once the server answers again.
 
@@ -49,6 +50,9 @@ from .reports import PendingReport
 from .state import Buffered, Phase
 
 logger = logging.getLogger("threadmill.worker")
+
+#: What the fetcher rides out, keeping its work in memory: a server it cannot reach, or a full one.
+RIDDEN_OUT = (ServerUnreachable, ServerOutOfMemory)
 
 #: Longest time a finished task waits in the process for its acknowledgement, seconds.
 ACK_DELAY_S = 0.02
@@ -301,7 +305,7 @@ class Fetcher(ProcessHost):
                 self._rest_again()
             if work.pass_wake:
                 self.backend.pass_wake_on(self.config.queues)
-        except (ServerUnreachable, ServerOutOfMemory) as e:
+        except RIDDEN_OUT as e:
             if not work.last:
                 self._wait_for_server(work, e)
             return False
@@ -423,7 +427,7 @@ class Fetcher(ProcessHost):
             return
         try:
             self._send_task_stats(time.monotonic())
-        except (ServerUnreachable, ServerOutOfMemory) as e:
+        except RIDDEN_OUT as e:
             logger.info("The last per-task counts of this process were not sent: %s", e)
 
     def _send_task_stats(self, now: float) -> None:
@@ -431,7 +435,7 @@ class Fetcher(ProcessHost):
         counts = self.task_stats.take(now)
         try:
             self.backend.record_task_stats(counts)
-        except (ServerUnreachable, ServerOutOfMemory):
+        except RIDDEN_OUT:
             self.task_stats.put_back(counts)
             raise
 

@@ -55,6 +55,7 @@ local n = (#KEYS - 4 * m - 1) / 3
 local marks = ARGV[6 + m + 5 * n] or ''
 local uniques = ARGV[7 + m + 5 * n] or ''
 -- include: attempts
+-- include: chunked
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id = KEYS[k + 1], ARGV[a + 1]
@@ -100,18 +101,11 @@ for i = 1, n do
     accepted[i] = 0
   end
 end
--- unpack() puts every element on Lua's stack, which is bounded: send long lists in chunks.
-local CHUNK = 500
-local function batched(command, key, items)
-  for first = 1, #items, CHUNK do
-    redis.call(command, key, unpack(items, first, math.min(first + CHUNK - 1, #items)))
-  end
-end
 for running, ids in pairs(leaving) do
-  batched('ZREM', running, ids)
+  call_chunked('ZREM', running, ids)
 end
 for finished, pairs_ in pairs(arriving) do
-  batched('ZADD', finished, pairs_)
+  call_chunked('ZADD', finished, pairs_)
   redis.call('ZREMRANGEBYSCORE', finished, '-inf', '(' .. (now - ttl))
 end
 local function count(key, by)
