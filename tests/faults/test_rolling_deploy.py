@@ -9,7 +9,6 @@ acknowledged. Counted on the counter server.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
 import signal
@@ -87,8 +86,11 @@ class PreviousReleasePool(Pool):
 def _kill_worker_process(pool: Pool) -> None:
     """kill -9 the pool's one worker process and wait until it is gone."""
     (victim,) = pool.children()
-    os.kill(victim, signal.SIGKILL)
-    psutil.wait_procs([psutil.Process(victim)], timeout=5)
+    # The handle is taken before the signal: the supervisor may reap the pid before a later lookup.
+    handle = psutil.Process(victim)
+    handle.send_signal(signal.SIGKILL)
+    gone, alive = psutil.wait_procs([handle], timeout=5)
+    assert not alive, f"worker process {victim} outlived kill -9"
 
 
 def _drain_killing_each_once(tally: Tally, old: Pool, new: Pool) -> tuple[set[str], str]:
