@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse, HttpResponseForbidden
 from django.views.decorators.http import require_GET
 
@@ -40,6 +41,6 @@ def metrics(request):
         body = api_metrics.exposition()
     except BackendConnectionError as e:
         return HttpResponse(f"Redis is unreachable: {redact_text(str(e))}\n", status=503, content_type="text/plain")
-    except LayoutVersionError as e:
-        return HttpResponse(f"{e}\n", status=503, content_type="text/plain")
+    except (LayoutVersionError, ImproperlyConfigured) as e:
+        return HttpResponse(f"{redact_text(str(e))}\n", status=503, content_type="text/plain")
     return HttpResponse(body, content_type=api_metrics.CONTENT_TYPE_LATEST)

@@ -6,7 +6,7 @@ from functools import wraps
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import BadRequest, PermissionDenied
+from django.core.exceptions import BadRequest, ImproperlyConfigured, PermissionDenied
 from django.http import Http404
 from django.shortcuts import render
 from django.utils.csp import CSP, build_policy
@@ -48,7 +48,14 @@ def console_view(view):
             if not (user.is_active and user.is_staff):
                 raise PermissionDenied("The Threadmill console is for staff users.")
             response = view(request, *args, **kwargs)
-        except (Http404, PermissionDenied, BadRequest, BackendConnectionError, LayoutVersionError) as e:
+        except (
+            Http404,
+            PermissionDenied,
+            BadRequest,
+            BackendConnectionError,
+            LayoutVersionError,
+            ImproperlyConfigured,
+        ) as e:
             response = error_page(request, e)
         response.headers[str(CSP.HEADER_ENFORCE)] = build_policy(CONSOLE_CSP)
         return response
@@ -73,11 +80,12 @@ _STATUS = {
     PermissionDenied: (403, "Forbidden"),
     BadRequest: (400, "Bad request"),
     LayoutVersionError: (503, "Unknown data layout"),
+    ImproperlyConfigured: (503, "Misconfigured"),
 }
 
 
 def error_page(request, error: Exception):
-    """Render a console error page naming the reason: 400, 403, 404, or 503 when Redis is unreachable or its data's layout unknown."""
+    """Render a console error page naming the reason: 400, 403, 404, or 503 when Redis is unreachable or misconfigured, or its data's layout unknown."""
     status, title = next(
         (pair for kind, pair in _STATUS.items() if isinstance(error, kind)), (503, "Redis is unreachable")
     )

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, OutputWrapper
 from django.tasks import TaskResultStatus
 
 from tests import tasks
-from tests.cli.test_status import threadmill
+from tests.cli.test_status import manage, threadmill
 from tests.worker.conftest import run_worker, worker_env
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.cli import run
@@ -69,3 +69,19 @@ def test_threadmill_run_names_the_server_of_redis_url_without_its_password(passw
     assert (
         out.getvalue().strip() == f"Using the Redis server at REDIS_URL ({password_server.url_with(password='***')})."
     )
+
+
+def test_a_password_with_a_raw_question_mark_is_a_clear_error_that_prints_none_of_it(password_server):
+    # urllib reads "deploy:pw..." (up to the "?") as host:port, so redis-py's own error quotes that piece.
+    before, after = "pw" + secrets.token_hex(6), secrets.token_hex(6)
+    url = f"redis://deploy:{before}?{after}@127.0.0.1:{password_server.port}/0"
+    pieces = [before, after]
+    for command in (("status",), ("worker", "--exit-empty")):
+        done = threadmill(*command, THREADMILL_TEST_REDIS_URL=url)
+        assert done.returncode == 1, printed(done)
+        assert "cannot be read: its port is not a number. Percent-encode a '?'" in done.stderr, printed(done)
+        assert "Traceback" not in printed(done)
+        assert not any(piece in printed(done) for piece in pieces), printed(done)
+    checked = manage("check", THREADMILL_TEST_REDIS_URL=url)
+    assert "(threadmill.E002)" in checked.stderr and "Traceback" not in printed(checked), printed(checked)
+    assert not any(piece in printed(checked) for piece in pieces), printed(checked)

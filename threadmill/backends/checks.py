@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.core.checks import Error, Warning
+from django.core.exceptions import ImproperlyConfigured
 
 from ..exceptions import BackendConnectionError
 from . import clients
@@ -41,6 +42,15 @@ def check_url(alias: str, redis_url: str) -> list[Error]:
             Error(
                 f"TASKS[{alias!r}]['REDIS_URL'] is not a redis://, rediss://, unix:// or redis+sentinel:// URL.",
                 hint="Use a URL such as redis://127.0.0.1:6379/0 or redis+sentinel://10.0.0.1:26379/mymaster/0.",
+                id="threadmill.E002",
+            )
+        ]
+    if problem := clients.url_problem(redis_url):
+        return [
+            Error(
+                f"TASKS[{alias!r}]['REDIS_URL'] cannot be read: {problem}.",
+                hint="Percent-encode a '?', '#', '/' or '@' in the user name or password "
+                "(urllib.parse.quote(password, safe='')).",
                 id="threadmill.E002",
             )
         ]
@@ -106,7 +116,7 @@ def check_server(preflight: Callable[[], ServerReport]) -> list[Error | Warning]
         report = preflight()
     except BackendConnectionError:
         return []  # reachability is not configuration: the worker and `threadmill status` report it
-    except ValueError:
+    except (ValueError, ImproperlyConfigured):
         return []  # a REDIS_URL redis-py cannot read: threadmill.E002 names it
     found: list[Error | Warning] = []
     if report.refusal:

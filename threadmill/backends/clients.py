@@ -21,6 +21,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -29,9 +30,11 @@ import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.retry
 import redis.sentinel
+from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import NoBackoff
 from redis.cluster import REDIS_ALLOWED_KEYS, RedisCluster
 
+from ..redaction import redact_url
 from .options import BackendOptions
 from .sentinel import is_sentinel_url, parse_sentinel_url
 
@@ -98,6 +101,27 @@ def sentinel_parameters() -> dict[str, inspect.Parameter]:
     return {name: parameter for name, parameter in sync.items() if name in aio and name not in ("host", "port")}
 
 
+def url_problem(url: str) -> str | None:
+    """Return why redis-py cannot read the server URL `url` (in words that hold none of it), or None."""
+    if url.lower().startswith("unix://") or is_sentinel_url(url):
+        return None  # a socket path has no port; a Sentinel URL has its own parser
+    try:
+        _ = urlsplit(url).port  # reading it parses it
+    except ValueError:
+        # Not the driver's message: it quotes what it took for the port, a piece of the password.
+        return "its port is not a number"
+    return None
+
+
+def readable_url(url: str) -> None:
+    """Raise ImproperlyConfigured, naming `url` without its secrets, if redis-py cannot read it."""
+    if problem := url_problem(url):
+        raise ImproperlyConfigured(
+            f"REDIS_URL {redact_url(url)} cannot be read: {problem}. "
+            "Percent-encode a '?', '#', '/' or '@' in the user name or password (urllib.parse.quote(password, safe=''))."
+        )
+
+
 def client_kwargs(config: BackendOptions) -> dict[str, Any]:
     """Return the keyword arguments every client of the backend gets: `OPTIONS["connection"]` and the timeouts."""
     # A timeout on every read, so a hung server (SIGSTOP, a dead host) fails a call instead of
@@ -129,6 +153,7 @@ def sync_client(url: str, config: BackendOptions, *, cluster: bool) -> redis.Red
         asked = _sentinel_kwargs(config, redis.retry.Retry)
         sentinel = redis.sentinel.Sentinel(list(parsed.sentinels), sentinel_kwargs=asked, **kwargs)
         return sentinel.master_for(parsed.service_name, **parsed.primary_kwargs())
+    readable_url(url)
     if cluster:
         return RedisCluster.from_url(url, **kwargs)
     return redis.Redis.from_url(url, **_dropping_on_readonly(kwargs, redis.retry.Retry))
@@ -143,6 +168,7 @@ def async_client(url: str, config: BackendOptions, *, cluster: bool) -> Any:
             list(parsed.sentinels), sentinel_kwargs=_sentinel_kwargs(config, redis.asyncio.retry.Retry), **kwargs
         )
         return sentinel.master_for(parsed.service_name, **parsed.primary_kwargs())
+    readable_url(url)
     factory = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
     kwargs = {**without_maintenance_notifications(factory), **kwargs}
     return factory.from_url(url, **(kwargs if cluster else _dropping_on_readonly(kwargs, redis.asyncio.retry.Retry)))

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
 
 from ..api import queues
@@ -57,7 +58,7 @@ def threadmill_backend(alias: str, wait_s: float = 0.0, say: Callable[[str], Non
     while True:
         try:
             return queues.reach(alias)
-        except (LayoutVersionError, UnsupportedServer) as e:
+        except (LayoutVersionError, UnsupportedServer, ImproperlyConfigured) as e:
             raise CommandError(str(e)) from None
         except BackendConnectionError as e:
             if time.monotonic() + pause > deadline:
