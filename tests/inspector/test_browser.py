@@ -1,9 +1,9 @@
 """End to end in real Chromium: log in, page, requeue, purge, limit, watch workers, and hostile payloads stay text.
 
 The console runs in daphne and the workers as `manage.py threadmill worker` processes, all
-on the session's Valkey. With THREADMILL_SCREENSHOTS set to a folder (the README's screenshot
-command sets docs/images), each test saves a screenshot of the page it proves there; a
-plain test run writes no file.
+on the session's Valkey. With THREADMILL_SCREENSHOTS set to a folder (the screenshot command
+of docs/how-to/development.md sets docs/images), each test saves a screenshot of the page it
+proves there, and its fingerprint (tests/inspector/screenshots.py); a plain run writes no file.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.inspector import screenshots
 from tests.inspector.conftest import dead, heartbeat
 from tests.inspector.live import start_live_console
 from tests.servers import partition
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]  # fmt: skip
-#: Where screenshots go, or None: only the README's screenshot command writes them.
+#: Where screenshots go, or None: only the screenshot command (`screenshots.COMMAND`) writes them.
 IMAGES = Path(os.environ["THREADMILL_SCREENSHOTS"]) if os.environ.get("THREADMILL_SCREENSHOTS") else None
 #: Milliseconds Playwright waits for a page to show what a test expects.
 WAIT_MS = 30_000
@@ -96,10 +97,12 @@ def log_in(page, path: str = "/threadmill/", username: str = "admin", password: 
 
 
 def shot(page, name: str) -> None:
+    screenshots.made_from(name)  # a picture the drift test cannot follow fails every run, not only the command's
     if IMAGES is not None:
         IMAGES.mkdir(parents=True, exist_ok=True)
         # caret="initial": hiding the caret injects a style element, which the CSP (rightly) reports.
         page.screenshot(path=str(IMAGES / f"{name}.png"), full_page=True, caret="initial")
+        screenshots.record(IMAGES, name)
 
 
 def fail_task(backend, result, message: str) -> None:

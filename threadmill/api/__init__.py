@@ -202,7 +202,7 @@ def overview(now: float | None = None) -> list[QueueSummary]:
 def status_report(alias: str, now: float) -> dict[str, Any]:
     """Return a backend's queues (counts, latency, pause, limits, whether a worker serves them) and live workers as JSON.
 
-    What `threadmill status --json` prints: the README's "Operating it from the command line" names each field.
+    What `threadmill status --json` prints: the command-line guide (docs/how-to/command-line.md) names each field.
     """
     backend = get_backend(alias)
     stats = backend.queue_stats()

@@ -1,6 +1,6 @@
 """Script calls on a Redis or Valkey Cluster: each goes to the primary that owns its keys' slot.
 
-Every key of one script call carries one hash tag (see the README's "Data model"), so the
+Every key of one script call carries one hash tag (see docs/reference/data-model.md), so the
 slot of its first key is the slot of all of them. `ClusterTransport` keeps the single-node
 transport's shape (one raw connection per thread, no redis-py command layer) with one
 connection per thread and node, found through the cluster client's slot map.

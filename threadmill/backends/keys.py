@@ -3,7 +3,7 @@
 Every key of a backend alias shares the Cluster hash tag `threadmill:{<alias>}`, so
 each Lua script touches one shard. With `partitions` P > 1, partition p >= 1 has keys of
 its own under `threadmill:{<alias>/<p>.<n>}` (partition 0 keeps the alias's), so the
-partitions spread over a cluster's shards. See the README's "Data model" for the layout.
+partitions spread over a cluster's shards. The data model page (docs/reference/data-model.md) shows the layout.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def default_worker_name() -> str:
 
 
 class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBackend):
-    """Durable task backend on Redis or Valkey; see the README for the data model."""
+    """Durable task backend on Redis or Valkey; its data model is docs/reference/data-model.md."""
 
     task_class = ThreadmillTask
     supports_defer = True

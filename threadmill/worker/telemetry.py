@@ -1,7 +1,7 @@
 """Worker telemetry and heartbeats: each worker process reports itself to the server.
 
-A snapshot is one JSON object (the README's "Worker telemetry" documents each field). It is
-sent as the process's **heartbeat** every `heartbeat_interval(options)` while the process runs:
+A snapshot is one JSON object (docs/explanation/worker.md, "Telemetry", documents each field).
+It is sent as the process's **heartbeat** every `heartbeat_interval(options)` while the process runs:
 one script call stores it with the server's time in the workers set (durable: the broker
 recovers the leases of a worker whose heartbeat grows older than `worker_timeout`) and
 publishes it on the telemetry channel (live: the console). The heartbeat runs on a thread of
