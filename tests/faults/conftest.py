@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import signal
 import tempfile
@@ -27,6 +28,7 @@ from django.tasks import TaskResultStatus
 
 from tests.servers import start_server
 from tests.worker.conftest import Worker, worker_env
+from threadmill.backends.keys import ACL_RULES
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment
 from threadmill.embedded import EmbeddedValkey, free_port
@@ -43,6 +45,10 @@ FAULT_TIMEOUTS = {
 SLACK_S = 3.0
 #: The queues of the test settings.
 QUEUES = ["default", "emails", "reports"]
+#: The user the pools connect as: the least-privilege ACL the docs print (keys.ACL_RULES); the
+#: harness itself uses the default user. Its password is greped for in every pool's output.
+POOL_USER = "pool"
+POOL_PASSWORD = "pool-pw-" + secrets.token_hex(8)
 #: The line a worker process logs when it starts, naming itself.
 STARTED_LINE = re.compile(r"Worker process (\S+) started: ")
 
@@ -73,11 +79,24 @@ class FaultServer:
     """An embedded Valkey with a persistent append-only file that a test breaks on purpose."""
 
     def __init__(self, data_dir: Path, appendfsync: str) -> None:
-        self.valkey = EmbeddedValkey(data_dir, free_port(), appendfsync=appendfsync, persist=True)
+        # The pools' user is declared on the command line, so it outlives every restart of the server.
+        pool_user = ("--user", POOL_USER, "on", f">{POOL_PASSWORD}", *ACL_RULES.split())
+        self.valkey = EmbeddedValkey(data_dir, free_port(), appendfsync=appendfsync, persist=True, extra_args=pool_user)
 
     @property
     def url(self) -> str:
+        """The harness's address: the default user, every command allowed."""
         return self.valkey.url
+
+    @property
+    def pool_url(self) -> str:
+        """The pools' address: the documented least-privilege user, with a password."""
+        return f"redis://{POOL_USER}:{POOL_PASSWORD}@127.0.0.1:{self.valkey.port}/0"
+
+    def denials(self) -> list[dict]:
+        """The server's ACL LOG: every command, key or channel a user was refused since it started."""
+        with redis.Redis.from_url(self.url, socket_timeout=5) as admin:
+            return admin.acl_log()
 
     @property
     def pid(self) -> int:
@@ -128,10 +147,21 @@ def make_fault_server() -> Iterator[Callable[..., FaultServer]]:
         return servers[-1][0]
 
     yield make
+    denied = []
     for server, data_dir in servers:
         with_sigcont(server)
+        if server.valkey.process is not None and server.valkey.process.poll() is None:
+            denied += _denials_or_none(server)
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+    assert not denied, f"the pools' least-privilege user (keys.ACL_RULES) was refused: {denied}"
+
+
+def _denials_or_none(server: FaultServer) -> list[dict]:
+    try:
+        return server.denials()
+    except redis.RedisError:
+        return []  # a server a test left unanswering has no log to read; its test says why
 
 
 def with_sigcont(server: FaultServer) -> None:
@@ -209,9 +239,11 @@ class Pool(Worker):
         return [line for line in self.output.splitlines() if "respawning it" in line]
 
     def close(self) -> None:
+        printed = self.output if not self.log.closed else ""
         super().close()
         for pid, created in self.seen.items():
             kill_if_same(pid, created)
+        assert POOL_PASSWORD not in printed, "a pool printed the password of its REDIS_URL"
 
 
 def kill_if_same(pid: int, created: float) -> None:
@@ -227,7 +259,8 @@ def kill_if_same(pid: int, created: float) -> None:
 def fault_env(server: FaultServer, counter_url: str, **overrides: str) -> dict[str, str]:
     """The environment of a pool on `server`, with the fault suite's short timeouts."""
     return worker_env(
-        THREADMILL_TEST_REDIS_URL=server.url,
+        # A proxy or a Sentinel set in front of a server is reached as the default user.
+        THREADMILL_TEST_REDIS_URL=getattr(server, "pool_url", server.url),
         THREADMILL_TEST_COUNTER_URL=counter_url,
         **{**FAULT_TIMEOUTS, **overrides},
     )
