@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import redis
@@ -15,6 +18,9 @@ from threadmill.base import Segment
 from threadmill.exceptions import DrainTimeout
 from threadmill.testing import drain
 from threadmill.testing.pytest import threadmill_alias, threadmill_backend, threadmill_server  # noqa: F401 - fixtures
+
+#: The testing how-to's examples (docs/how-to/testing.md), a small project's tests of their own.
+EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples" / "testing"
 
 
 @pytest.fixture
@@ -129,3 +135,26 @@ def test_the_fixture_points_the_alias_at_an_embedded_server_of_its_own(
     assert [r.return_value for r in drained.successful] == ["on the fixture's server"]
     assert redis.Redis.from_url(redis_url).dbsize() == 0
     assert threadmill_backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_the_how_to_examples_pass_as_a_project_of_their_own():
+    # Run as a project runs them: their own conftest enables the plugin, and no fixture of this suite is loaded.
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", str(EXAMPLES)],
+        cwd=EXAMPLES.parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5 passed" in done.stdout
+
+
+def test_the_task_path_never_imports_the_testing_helper():
+    code = (
+        "import sys, django; django.setup(); "
+        "from django.tasks import task_backends; import threadmill.worker.supervisor, threadmill.cli; "
+        "task_backends['default']; print(sorted(m for m in sys.modules if m.startswith('threadmill.testing')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
