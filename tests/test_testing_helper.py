@@ -109,6 +109,22 @@ def test_drain_times_out_naming_the_hung_task_and_leaves_nothing_running(backend
     )
     assert stored.segment is Segment.READY and stored.worker_ids != []
     assert stored.errors[-1].exception_class_path == "threadmill.exceptions.AttemptAbandoned"
+    assert stored.errors[-1].traceback.endswith("interrupted this attempt when drain() timed out after 0.5 s.\n")
+    assert held(backend) == (0, {})
+
+
+def test_drain_waits_for_tasks_a_limit_holds_back_until_its_timeout(backend):
+    enqueued = [tasks.three_a_minute.enqueue(n) for n in range(4)]
+
+    with pytest.raises(DrainTimeout) as raised:
+        drain(timeout=1)
+
+    assert str(raised.value) == (
+        "drain() timed out after 1 s: no task was running, the ready ones held back by a limit "
+        "(or the server did not answer); the tasks it held went back to ready."
+    )
+    segments = [backend.get_result(r.id).segment for r in enqueued]
+    assert segments == [Segment.SUCCESSFUL] * 3 + [Segment.READY]
     assert held(backend) == (0, {})
 
 

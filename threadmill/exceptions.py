@@ -97,4 +97,4 @@ class EmbeddedServerError(ThreadmillError):
 
 
 class DrainTimeout(ThreadmillError):
-    """Raised by `threadmill.testing.drain` when tasks still ran at its timeout; they went back to ready."""
+    """Raised by `threadmill.testing.drain` when tasks still ran, or waited for a limit, at its timeout."""

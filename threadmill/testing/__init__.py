@@ -66,7 +66,8 @@ def drain(
     """Run every ready task of the alias's queues in this process until none is left, and return what ran.
 
     A deferred task (a retry, a `run_after`) that falls due within `timeout` is waited for and
-    run too; one due later stays deferred.
+    run too; one due later stays deferred. Ready tasks a limit holds back are waited for, as
+    `--exit-empty` does.
 
     Args:
         alias: the TASKS alias, configured with Threadmill's backend.
@@ -74,7 +75,8 @@ def drain(
         timeout: seconds from the call after which tasks still running are handed back to ready.
 
     Raises:
-        DrainTimeout: a task still ran at `timeout`; its attempt is recorded as interrupted.
+        DrainTimeout: a task still ran at `timeout` (its attempt is recorded as interrupted), or a
+            concurrency or rate limit still held ready tasks back.
     """
     backend = _threadmill_backend(alias)
     names = tuple(queues) if queues is not None else tuple(backend.queue_names())
@@ -148,11 +150,12 @@ class _Run:
     def _give_up(self, process: WorkerProcess, timeout: float) -> None:
         """Stop `process` at once, its running tasks handed back to ready, and raise DrainTimeout naming them."""
         running = sorted(f"{r.id} ({r.task.module_path})" for r in list(process.running.values()))
-        process.stop()
+        process.stop(because=f"interrupted this attempt when drain() timed out after {timeout:g} s")
         self.backend.wake_worker(process.name)
         handed_back = process.finished.wait(HAND_BACK_TIMEOUT_S)
-        what = (
-            f"{'task' if len(running) == 1 else 'tasks'} {', '.join(running)} still ran" if running else "tasks waited"
-        )
+        if running:
+            what = f"{'task' if len(running) == 1 else 'tasks'} {', '.join(running)} still ran"
+        else:
+            what = "no task was running, the ready ones held back by a limit (or the server did not answer)"
         after = "went back to ready" if handed_back else "are left to the broker (the server did not answer)"
         raise DrainTimeout(f"drain() timed out after {timeout:g} s: {what}; the tasks it held {after}.")
