@@ -60,6 +60,13 @@ def test_drain_runs_only_the_queues_it_is_given(backend):
     assert backend.get_result(other.id).segment is Segment.READY
 
 
+def test_drain_names_the_queues_the_alias_does_not_have():
+    with pytest.raises(ValueError) as raised:
+        drain(queues=["emails", "emials"])
+
+    assert str(raised.value) == "Unknown queue(s) emials; backend 'default' has default, emails, reports."
+
+
 def test_a_failing_task_ends_failed_and_drain_returns(backend):
     failing = tasks.explode.enqueue("no luck")
     fine = tasks.echo.enqueue(1)

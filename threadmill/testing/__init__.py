@@ -71,7 +71,7 @@ def drain(
 
     Args:
         alias: the TASKS alias, configured with Threadmill's backend.
-        queues: the queues to run (default: every queue of the alias).
+        queues: the queues to run (default: every queue of the alias); an unknown one is a ValueError.
         timeout: seconds from the call after which tasks still running are handed back to ready.
 
     Raises:
@@ -79,7 +79,7 @@ def drain(
             concurrency or rate limit still held ready tasks back.
     """
     backend = _threadmill_backend(alias)
-    names = tuple(queues) if queues is not None else tuple(backend.queue_names())
+    names = _known_queues(backend, queues)
     run = _Run(backend, WorkerConfig(backend=alias, queues=names, exit_empty=True, shutdown_timeout=0.0))
     task_finished.connect(run.finished, weak=False)
     try:
@@ -96,6 +96,18 @@ def _threadmill_backend(alias: str) -> RedisTaskBackend:
             f"drain() runs the tasks of a Threadmill backend; TASKS[{alias!r}] is {type(backend).__name__}."
         )
     return backend
+
+
+def _known_queues(backend: RedisTaskBackend, queues: Iterable[str] | None) -> tuple[str, ...]:
+    """Return the queues to drain (every queue of the backend when None), or ValueError naming the unknown ones."""
+    known = backend.queue_names()
+    if queues is None:
+        return tuple(known)
+    names = tuple(dict.fromkeys(queues))
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"Unknown queue(s) {', '.join(unknown)}; backend {backend.alias!r} has {', '.join(known)}.")
+    return names
 
 
 class _Run:
