@@ -1,5 +1,6 @@
 """Task functions the tests enqueue; module-level as django.tasks requires."""
 
+import threading
 import time
 
 from django.tasks import task
@@ -588,3 +589,15 @@ def count_concurrent_three_at_a_time(context, sleep_ms=0, first_attempt_sleep_ms
 def count_concurrent_twenty_a_second(context, sleep_ms=0):
     """count_concurrent with a per-task rate of 20 a second."""
     return count_concurrent.func(context, sleep_ms)
+
+
+# -- threadmill.testing.drain ----------------------------------------------------
+
+#: Set by a test to let `wait_for_release` return: drain() runs tasks in the test's own process.
+RELEASE = threading.Event()
+
+
+@task
+def wait_for_release(timeout_s=30.0):
+    """Hang until the test sets RELEASE (at most `timeout_s`): a task that drain() must give up on."""
+    return RELEASE.wait(timeout_s)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import threadmill
-from threadmill import api, exceptions, retry
+from threadmill import api, exceptions, retry, testing
 from threadmill.backends.options import BackendOptions
 from threadmill.cli import SUBCOMMANDS
 
@@ -64,7 +64,8 @@ def test_the_command_line_reference_names_every_subcommand_and_long_option(site)
 
 def test_the_api_reference_names_every_public_name(site):
     text = page_text(site, "reference/api.html")
-    names = [*threadmill.__all__, *api.__all__]
+    names = [*threadmill.__all__, *api.__all__, *testing.__all__]
+    names += ["threadmill_server", "threadmill_alias", "threadmill_backend"]  # threadmill.testing.pytest's fixtures
     names += [
         name
         for name, value in vars(exceptions).items()

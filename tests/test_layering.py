@@ -1,9 +1,9 @@
 """The house plan, checked on the import graph: every import counts, at import time, in a function or for type checkers.
 
 The core's floors, from the ground up: the task's own nouns and pure rules (`GROUND_FLOOR`),
-the optional integrations and the embedded server, `backends/`, `worker/`, `api/`, then `cli/`
-and the management command. A module imports its own floor and the ones below, never one
-above, and the graph has no cycle. The console (`inspector/`) reaches the core only through
+the optional integrations and the embedded server, `backends/`, `worker/` (with `testing/`,
+which runs a worker in a test's process), `api/`, then `cli/` and the management command. A
+module imports its own floor and the ones below, never one above, and the graph has no cycle. The console (`inspector/`) reaches the core only through
 `threadmill.api` and the ground floor; the core never imports the console. Each concern of the
 tooling API has its backend half in a module of the same name.
 """
@@ -73,7 +73,10 @@ def test_the_backend_never_imports_the_tooling_api():
 
 
 #: The floor of each part of the core, by the first name under `threadmill`; a module not named is ground floor.
-FLOORS = {"integrations": 1, "embedded": 1, "backends": 2, "worker": 3, "api": 4, "cli": 5, "management": 5, "apps": 5}
+FLOORS = {
+    "integrations": 1, "embedded": 1, "backends": 2, "worker": 3, "testing": 3, "api": 4, "cli": 5, "management": 5,
+    "apps": 5,
+}  # fmt: skip
 #: The modules of the ground floor: what a task is, and the pure rules about it.
 GROUND_FLOOR = {
     "threadmill",

@@ -94,3 +94,7 @@ class UnreadableTaskError(ThreadmillError):
 
 class EmbeddedServerError(ThreadmillError):
     """Raised when the embedded Valkey server cannot start, or a copy already runs on its data directory."""
+
+
+class DrainTimeout(ThreadmillError):
+    """Raised by `threadmill.testing.drain` when tasks still ran, or waited for a limit, at its timeout."""

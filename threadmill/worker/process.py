@@ -173,15 +173,18 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         for thread in threads:
             thread.start()
 
-    def stop(self) -> bool:
+    def stop(self, because: str = "") -> bool:
         """Stop: hand buffered tasks back, let running ones finish until the shutdown timeout.
 
+        `because` is what the tasks still running then have recorded on their interrupted
+        attempt, after the worker's name (default: the stop and its timeout).
         Returns False when the process was already stopping (a second stop signal).
         """
         with self._lock:
             if self.phase in (Phase.STOPPING, Phase.STOPPED):
                 return False
             self._shutdown_at = time.monotonic() + self.config.shutdown_timeout
+            self._interrupted_because = because or self._interrupted_because
             self._enter(Phase.STOPPING)
             return True
 
