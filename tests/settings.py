@@ -38,6 +38,9 @@ TASKS = {
 if os.environ.get("THREADMILL_TEST_CONNECTION"):
     # THREADMILL_TEST_CONNECTION: OPTIONS["connection"] as JSON (credentials for a URL without them).
     TASKS["default"]["OPTIONS"]["connection"] = json.loads(os.environ["THREADMILL_TEST_CONNECTION"])
+if os.environ.get("THREADMILL_TEST_SENTINEL"):
+    # THREADMILL_TEST_SENTINEL: OPTIONS["sentinel"] as JSON (the sentinels' own password, user and TLS).
+    TASKS["default"]["OPTIONS"]["sentinel"] = json.loads(os.environ["THREADMILL_TEST_SENTINEL"])
 if os.environ.get("THREADMILL_TEST_LIMITS"):
     # THREADMILL_TEST_LIMITS: OPTIONS["limits"] as JSON (the drain benchmark's non-binding limit rows).
     TASKS["default"]["OPTIONS"]["limits"] = json.loads(os.environ["THREADMILL_TEST_LIMITS"])

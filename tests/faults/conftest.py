@@ -246,6 +246,40 @@ class Pool(Worker):
         assert POOL_PASSWORD not in printed, "a pool printed the password of its REDIS_URL"
 
 
+def require_pid_namespaces() -> None:
+    """Fail the test, saying why, unless this process may make PID namespaces (root, util-linux's unshare)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.fail("This test runs pools in PID namespaces of their own: run it as root, with util-linux's unshare.")
+
+
+class NamespacedPool(Pool):
+    """A pool whose supervisor is pid 1 of a PID namespace of its own, with its own /proc."""
+
+    # --kill-child: if unshare dies, so does the namespace (the clean-up kills it that way).
+    COMMAND_PREFIX = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+
+    def init(self) -> psutil.Process | None:
+        """The namespace's pid 1, the supervisor, as this test's namespace numbers it."""
+        try:
+            return next(iter(psutil.Process(self.process.pid).children()), None)
+        except psutil.NoSuchProcess:
+            return None
+
+    def children(self) -> list[int]:
+        init = self.init()
+        try:
+            return self.remember([child.pid for child in init.children()] if init else [])
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill_namespace(self) -> None:
+        """SIGKILL the namespace's pid 1: the kernel kills every process in it, as `docker kill` does."""
+        init = self.init()
+        assert init is not None, "the pool's namespace has no init process"
+        init.kill()
+        self.process.wait(10)
+
+
 def kill_if_same(pid: int, created: float) -> None:
     """SIGKILL `pid` if it is still the process created at `created` (pids are reused)."""
     try:
