@@ -259,6 +259,13 @@ def test_a_container_s_worker_names_its_process_count_and_runs_in_exec_form():
     assert [name for name, d in compose_services().items() if isinstance(d.get("command", []), str)] == []
 
 
+def test_the_image_s_user_is_a_number_so_run_as_non_root_can_check_it():
+    # The kubelet refuses to start a runAsNonRoot container whose image names its user by name.
+    users = [arguments for instruction, arguments in dockerfile_instructions(DOCKERFILE) if instruction == "USER"]
+    assert users and users[-1].partition(":")[0].isdigit() and int(users[-1].partition(":")[0]) != 0
+    assert all(spec["securityContext"]["runAsNonRoot"] for path in MANIFESTS for spec in pod_specs(path))
+
+
 def compose_redis_urls() -> list[str]:
     services = compose_services().values()
     urls = [str(d["environment"]["REDIS_URL"]) for d in services if "REDIS_URL" in d.get("environment", {})]
