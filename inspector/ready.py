@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from threadmill import api
 
 
-@require_GET
+@require_safe
 @never_cache
 def ready(request) -> HttpResponse:
     if api.unreachable_backends():

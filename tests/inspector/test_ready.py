@@ -53,5 +53,6 @@ def test_a_refused_password_or_an_unreachable_cluster_is_a_503_without_the_passw
     assert b"127.0.0.1" not in response.content
 
 
-def test_the_probe_takes_only_get():
+def test_the_probe_takes_get_and_head_only():
+    assert Client().head(URL).status_code == 200
     assert Client().post(URL).status_code == 405
