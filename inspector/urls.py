@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from . import cancel, converters, metrics, operate, taskstats, views
+from . import cancel, converters, metrics, operate, ready, taskstats, views
 
 register_converter(converters.BackendConverter, "tm_backend")
 register_converter(converters.QueueConverter, "tm_queue")
@@ -28,6 +28,7 @@ urlpatterns = [
     ),
     path("search/", views.search, name="search"),
     path("metrics", metrics.metrics, name="metrics"),
+    path("ready", ready.ready, name="ready"),
     path("schedules/", operate.schedule_list, name="schedule_list"),
     path(
         "schedules/<tm_backend:backend>/<tm_schedule:name>/<tm_schedule_command:command>/",

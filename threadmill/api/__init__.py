@@ -64,6 +64,7 @@ from .queues import (
     natural_newest_first,
     page,
     task,
+    unreachable_backends,
 )
 from .workers import TelemetryHub, WorkerSnapshot, hub, parse_worker_event
 
@@ -124,6 +125,7 @@ __all__ = [
     "status_report",
     "task",
     "timeline_of",
+    "unreachable_backends",
 ]
 
 #: Points in a throughput sparkline, one per minute.

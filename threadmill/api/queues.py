@@ -17,7 +17,7 @@ from django.tasks.exceptions import InvalidTaskBackend
 from ..backends.merge import Cursor, KeysetPage
 from ..backends.redis import RedisTaskBackend
 from ..base import Segment
-from ..exceptions import UnsupportedServer
+from ..exceptions import BackendConnectionError, UnsupportedServer
 
 #: Most segment entries a filtered view scans; past it, its count is a lower bound.
 FILTER_SCAN_LIMIT = 100_000
@@ -72,6 +72,21 @@ def reach(alias: str) -> RedisTaskBackend:
         raise UnsupportedServer(refusal)
     backend.check_layout()
     return backend
+
+
+def unreachable_backends() -> list[str]:
+    """Return the aliases of the threadmill backends whose server does not answer a PING now, in settings order.
+
+    One PING per backend and nothing read or checked besides: cheap enough for a readiness probe
+    every few seconds.
+    """
+    unreachable = []
+    for alias in backend_aliases():
+        try:
+            find_backend(alias).ping()
+        except BackendConnectionError:
+            unreachable.append(alias)
+    return unreachable
 
 
 def queue_names(alias: str) -> list[str]:
