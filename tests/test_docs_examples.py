@@ -3,7 +3,7 @@
 What counts as a block: a fenced block (``` or ~~~, inside MyST directives too), MyST's
 `{code-block} LANG`, and a `{literalinclude}` (the file it shows). What each language gets:
 
-- python: run. The blocks of one page run in order, in one namespace: a page is one story, so a
+- python (and pycon, run as a doctest: each `>>>` line's output must match): run. The blocks of one page run in order, in one namespace: a page is one story, so a
   later block may use what an earlier one defined. A block splits into files at a comment line
   naming one (`# settings.py`, `# tasks.py`, `# urls.py`, ...).
   - A settings part (`# settings.py`, or an unnamed part made only of imports and assignments
@@ -25,7 +25,8 @@ What counts as a block: a fenced block (``` or ~~~, inside MyST directives too),
   exist; other programs must be in KNOWN_PROGRAMS; a relative path into this repository must exist.
 - A python file shown by `{literalinclude}` is compiled, not run (its own tests import it); a
   data file parses; a shell script's lines are checked as a sh block's.
-- toml, yaml, json, ini/cfg/systemd: parse.
+- toml, yaml, json, ini/cfg/systemd: parse; a systemd unit's Exec* command lines are checked as
+  a sh block's.
 - Anything else (a block with no language, text, output) carries `<!-- not run: REASON -->` on
   the line directly above its fence. The marked blocks are counted against NOT_RUN_ALLOWED: the
   count may not grow, and when it shrinks the number must come down with it.
@@ -36,6 +37,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import configparser
+import doctest
 import importlib.util
 import inspect
 import json
@@ -70,6 +72,7 @@ KNOWN_PROGRAMS = frozenset(
     | {"redis-server", "systemctl", "uvicorn", "valkey-cli", "valkey-server"}
 )
 PYTHON = {"python", "py", "python3"}
+PYCON = {"pycon"}
 SHELL = {"sh", "bash", "shell", "zsh"}
 CONSOLE = {"console", "shell-session"}
 DATA = {"toml", "yaml", "yml", "json", "ini", "cfg", "systemd"}
@@ -166,11 +169,11 @@ def included_block(page: Path, line: int, argument: str, options: list[str], rea
 
 BLOCKS = [block for page in PAGES for block in page_blocks(page)]
 RUN = [block for block in BLOCKS if block.not_run is None]
-PYTHON_PAGES = sorted({block.page for block in RUN if block.language in PYTHON})
+PYTHON_PAGES = sorted({block.page for block in RUN if block.language in PYTHON | PYCON})
 
 
 def checked(block: Block) -> bool:
-    return block.language in PYTHON | SHELL | CONSOLE | DATA
+    return block.language in PYTHON | PYCON | SHELL | CONSOLE | DATA
 
 
 # -- the not-run markers ------------------------------------------------------------------
@@ -297,6 +300,17 @@ def run_part(part: Part, namespace: dict[str, Any]) -> None:
         raise failure(part.block.where, e, source) from e
 
 
+def run_session(block: Block, namespace: dict[str, Any]) -> None:
+    """Run a pycon block as a doctest in the page's module namespace: each `>>>` line's output must match."""
+    source = block.source or block.page
+    test = doctest.DocTestParser().get_doctest(block.text, namespace, block.where, str(source), block.first_line - 1)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report: list[str] = []
+    runner.run(test, out=report.append, clear_globs=False)
+    if runner.failures:
+        raise ExampleFailed(f"{block}: {runner.failures} of its examples failed:\n" + "".join(report))
+
+
 def compile_file(block: Block) -> None:
     assert block.source is not None
     try:
@@ -380,7 +394,10 @@ def run_page(page: Path, request) -> None:
     with ExitStack() as stack:
         sys.modules[name] = module
         stack.callback(sys.modules.pop, name, None)
-        for block in (block for block in RUN if block.page == page and block.language in PYTHON):
+        for block in (block for block in RUN if block.page == page and block.language in PYTHON | PYCON):
+            if block.language in PYCON:
+                run_session(block, module.__dict__)
+                continue
             if block.source is not None:  # a file of the repository: its own tests import it
                 compile_file(block)
                 continue
@@ -576,6 +593,27 @@ def parse_ini(text: str) -> None:
     configparser.ConfigParser(strict=False, interpolation=None).read_string(text)
 
 
+def check_unit(block: Block) -> list[str]:
+    """Return the problems of a systemd unit's Exec* command lines (ExecStart=, ExecReload=, ...)."""
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # keep the keys as written (ExecStart, not execstart)
+    unit.read_string(block.text)
+    problems = []
+    lines = block.text.splitlines()
+    for section in unit.sections():
+        for key, value in unit[section].items():
+            if not key.startswith("Exec") or not value:
+                continue
+            number = next((n for n, line in enumerate(lines) if line.strip().startswith(f"{key}=")), 0)
+            try:
+                for words in simple_commands(value.lstrip("-@+!:")):
+                    check_command(words)
+            except (ExampleFailed, ValueError) as e:
+                where = f"{(block.source or block.page).relative_to(ROOT)}:{block.first_line + number}"
+                problems.append(f"{where} (the block at {block}): {key}: {e}")
+    return problems
+
+
 PARSERS = {
     "toml": tomllib.loads,
     "yaml": lambda text: list(yaml.safe_load_all(text)),
@@ -586,6 +624,10 @@ PARSERS = {
 
 @pytest.mark.parametrize("block", [block for block in RUN if block.language in DATA], ids=str)
 def test_a_data_block_parses(block):
+    pytest_fail_without_chain(parse_problems(block))
+
+
+def parse_problems(block: Block) -> list[str]:
     language = {"yml": "yaml", "cfg": "ini", "systemd": "ini"}.get(block.language, block.language)
     try:
         PARSERS[language](block.text)
@@ -593,7 +635,10 @@ def test_a_data_block_parses(block):
         mark = getattr(e, "problem_mark", None)  # yaml's; json's says lineno
         line = mark.line + 1 if mark else getattr(e, "lineno", None)
         at = f"{(block.source or block.page).relative_to(ROOT)}:{block.first_line + line - 1}" if line else block.where
-        message = f"{at} (the block at {block}): the {block.language} does not parse: {e}"
-    else:
-        return
-    pytest.fail(message, pytrace=False)
+        return [f"{at} (the block at {block}): the {block.language} does not parse: {e}"]
+    return check_unit(block) if block.language == "systemd" else []
+
+
+def pytest_fail_without_chain(problems: list[str]) -> None:
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
