@@ -12,8 +12,10 @@ What counts as a block: a fenced block (``` or ~~~, inside MyST directives too),
     project). Its INSTALLED_APPS and MIDDLEWARE must import. Its TASKS is validated: each
     backend is built as written (the options parser, limits, schedules, the configuration
     checks), then again with REDIS_URL pointed at the session's Valkey (the Valkey Cluster for
-    `CLUSTER: True`), where `check()` must find nothing and the server must answer. The rest of
-    the page then runs with those TASKS as the settings.
+    `CLUSTER: True`), where `check()` must find nothing and the server must answer. Django's own
+    backends are built and checked; another package's (a migration guide's old backend) is only
+    imported, since it reads settings the block does not show. The rest of the page then runs
+    with those TASKS as the settings.
   - `# urls.py`, `# asgi.py`, `# wsgi.py` parts run on top of what startproject writes there.
   - Everything else runs as the code of one module (tasks defined there are module-level), with
     Django configured, the test database open, and the session's Valkey behind the task backends,
@@ -358,10 +360,12 @@ def live_tasks(where: str, tasks: Any, request) -> dict[str, Any]:
     try:
         for alias, params in tasks.items():
             backend_class = import_string(params["BACKEND"])
+            live[alias] = params
+            if not backend_class.__module__.startswith(("django.", "threadmill.")):
+                continue  # another package's (a migration guide's old one): its settings are the reader's
             backend = backend_class(alias, params)
             if not isinstance(backend, RedisTaskBackend):
                 findings(backend.check())
-                live[alias] = params
                 continue
             findings(check_backend(alias, backend.redis_url, backend.config, cluster=backend.cluster))
             url = request.getfixturevalue("cluster").url if backend.cluster else request.getfixturevalue("redis_url")
