@@ -1,9 +1,9 @@
 """Every code block of README.md and docs/ runs, parses or names real commands, or says why not (issue 31).
 
-What counts as a block: a fenced block (``` or ~~~, inside MyST directives too), MyST's
-`{code-block} LANG`, and a `{literalinclude}` (the file it shows). What each language gets:
+The blocks are found by `tests/docs_blocks.py`: fenced blocks (inside MyST directives too),
+`{code-block} LANG` and `{literalinclude}` (the file it shows). What each language gets:
 
-- python (and pycon, run as a doctest: each `>>>` line's output must match): run. The blocks of one page run in order, in one namespace: a page is one story, so a
+- python: run. The blocks of one page run in order, in one namespace: a page is one story, so a
   later block may use what an earlier one defined. A block splits into files at a comment line
   naming one (`# settings.py`, `# tasks.py`, `# urls.py`, ...).
   - A settings part (`# settings.py`, or an unnamed part made only of imports and assignments
@@ -20,15 +20,15 @@ What counts as a block: a fenced block (``` or ~~~, inside MyST directives too),
   - Everything else runs as the code of one module (tasks defined there are module-level), with
     Django configured, the test database open, and the session's Valkey behind the task backends,
     so an enqueue or a read of a result is real. No worker runs.
+- pycon: run as a doctest in the same module namespace; each `>>>` line's output must match
+  (ELLIPSIS and NORMALIZE_WHITESPACE on).
 - sh, bash, shell, zsh (every line) and console (the lines after `$ `): each simple command of a
-  line is checked. `python manage.py CMD ...` and `django-admin CMD ...` are parsed by the real
-  parser of that management command (`threadmill ...` is ours); `python -m MODULE` must be
-  importable and runnable; `pip install` extras must exist in pyproject.toml; `bash SCRIPT` must
-  exist; other programs must be in KNOWN_PROGRAMS; a relative path into this repository must exist.
-- A python file shown by `{literalinclude}` is compiled, not run (its own tests import it); a
-  data file parses; a shell script's lines are checked as a sh block's.
+  line is checked by `tests/docs_commands.py`: `manage.py` and `threadmill` commands go through
+  the real parser of the management command, other programs must be known (KNOWN_PROGRAMS there).
 - toml, yaml, json, ini/cfg/systemd: parse; a systemd unit's Exec* command lines are checked as
   a sh block's.
+- A `{literalinclude}` gets its file's language; a python file is compiled, not run (the tests
+  that own it import it).
 - Anything else (a block with no language, text, output) carries `<!-- not run: REASON -->` on
   the line directly above its fence. The marked blocks are counted against NOT_RUN_ALLOWED: the
   count may not grow, and when it shrinks the number must come down with it.
@@ -44,7 +44,6 @@ import importlib.util
 import inspect
 import json
 import re
-import shlex
 import sys
 import tomllib
 import traceback
@@ -57,117 +56,23 @@ from typing import Any
 import django
 import pytest
 import yaml
-from django.core.management import get_commands, load_command_class
-from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 from django.utils.module_loading import import_string
 
-ROOT = Path(__file__).resolve().parent.parent
-#: The pages: the README and the site's sources (not a build or extension folder: docs/_*).
-PAGES = [ROOT / "README.md"]
-PAGES += sorted(p for p in (ROOT / "docs").rglob("*.md") if not p.relative_to(ROOT / "docs").parts[0].startswith("_"))
+from tests.docs_blocks import NOT_RUN, PAGES, ROOT, Block, page_blocks
+from tests.docs_commands import CommandProblem, check_command, command_lines, simple_commands
+
 #: Blocks marked `<!-- not run: REASON -->`; lower it when one is made to run, never raise it lightly.
 NOT_RUN_ALLOWED = 1
-#: Programs a shell block may name beyond python, pip, django-admin and bash/sh SCRIPT: ordinary tools.
-KNOWN_PROGRAMS = frozenset(
-    {"cd", "curl", "daphne", "docker", "export", "git", "journalctl", "kill", "kubectl", "redis-cli"}
-    | {"redis-server", "systemctl", "uvicorn", "valkey-cli", "valkey-server"}
-)
 PYTHON = {"python", "py", "python3"}
 PYCON = {"pycon"}
 SHELL = {"sh", "bash", "shell", "zsh"}
 CONSOLE = {"console", "shell-session"}
 DATA = {"toml", "yaml", "yml", "json", "ini", "cfg", "systemd"}
-#: The language of a `{literalinclude}` without `:language:`, by the file's suffix.
-SUFFIX_LANGUAGE = {".py": "python", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}
-SUFFIX_LANGUAGE |= {".ini": "ini", ".cfg": "ini", ".sh": "sh", ".service": "systemd", ".socket": "systemd"}
-#: The directives whose content is the code itself; every other directive's content is Markdown to search.
-CODE_DIRECTIVES = {"code-block", "code", "sourcecode"}
 #: A comment line that starts the part of a python block that belongs in the file it names.
 FILE_HEADER = re.compile(r"^# (?:\S+/)?(?P<name>[\w.-]+\.py)\b.*$")
 #: The files of a new Django project a block may add to (`django-admin startproject`'s templates).
 PROJECT_TEMPLATE = Path(django.__file__).parent / "conf" / "project_template" / "project_name"
-FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
-NOT_RUN = re.compile(r"^\s*<!--\s*not run:(?P<reason>.*?)-->\s*$")
-DIRECTIVE = re.compile(r"^\{(?P<name>[\w-]+)\}\s*(?P<argument>.*)$")
-
-
-@dataclass(frozen=True)
-class Block:
-    """One code block: where its fence is, its language, its text and the not-run reason above it."""
-
-    page: Path
-    line: int  #: 1-based line of the opening fence (of the directive for a literalinclude)
-    language: str
-    text: str
-    first_line: int  #: 1-based line of the text's first line in `source`
-    not_run: str | None = None
-    source: Path | None = None  #: the file the text is from, when it is not the page (a literalinclude)
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-    def __str__(self) -> str:
-        return self.where
-
-
-def is_closing(line: str, fence: str) -> bool:
-    stripped = line.strip()
-    return len(line) - len(line.lstrip(" ")) < 4 and bool(
-        re.fullmatch(re.escape(fence[0]) + f"{{{len(fence)},}}", stripped)
-    )
-
-
-def page_blocks(page: Path) -> list[Block]:
-    """Return the code blocks of one Markdown page, in order."""
-    lines = page.read_text().splitlines()
-    found: list[Block] = []
-    containers: list[str] = []  # fences of the directives we are inside (their content is Markdown)
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        if containers and is_closing(line, containers[-1]):
-            containers.pop()
-            index += 1
-            continue
-        match = FENCE.match(line)
-        if not match or (match["fence"][0] == "`" and "`" in match["info"]):
-            index += 1
-            continue
-        fence, info = match["fence"], match["info"].strip()
-        marker = NOT_RUN.match(lines[index - 1]) if index else None
-        reason = marker["reason"].strip() if marker else None
-        directive = DIRECTIVE.match(info)
-        if directive and directive["name"] not in CODE_DIRECTIVES | {"literalinclude"}:
-            containers.append(fence)
-            index += 1
-            continue
-        end = index + 1
-        while end < len(lines) and not is_closing(lines[end], fence):
-            end += 1
-        body = [text.removeprefix(match["indent"]) for text in lines[index + 1 : end]]
-        first = index + 2
-        if directive and directive["name"] == "literalinclude":
-            found.append(included_block(page, index + 1, directive["argument"], body, reason))
-        else:
-            words = (directive["argument"] if directive else info).split()
-            language = words[0] if words else ""
-            while directive and body and re.match(r"^:[\w-]+:", body[0]):  # a code directive's options
-                body, first = body[1:], first + 1
-            found.append(Block(page, index + 1, language.lower(), "\n".join(body), first, reason))
-        index = end + 1
-    return found
-
-
-def included_block(page: Path, line: int, argument: str, options: list[str], reason: str | None) -> Block:
-    """Return a `{literalinclude}` as a block of the file it includes (a path from / is from docs/)."""
-    source = (ROOT / "docs" / argument.lstrip("/")) if argument.startswith("/") else (page.parent / argument)
-    language = next((o.split(":", 2)[2].strip() for o in options if o.startswith(":language:")), "")
-    language = language or SUFFIX_LANGUAGE.get(source.suffix, "")
-    text = source.read_text() if source.is_file() else ""
-    return Block(page, line, language.lower(), text, 1, reason, source.resolve())
-
 
 BLOCKS = [block for page in PAGES for block in page_blocks(page)]
 RUN = [block for block in BLOCKS if block.not_run is None]
@@ -423,156 +328,12 @@ def run_page(page: Path, request) -> None:
 # -- shell --------------------------------------------------------------------------------
 
 
-def command_lines(block: Block) -> list[tuple[int, str]]:
-    """Return (line number, text) of each command line, its backslash continuations joined."""
-    found: list[tuple[int, str]] = []
-    pending: tuple[int, str] | None = None
-    for number, line in enumerate(block.text.splitlines(), block.first_line):
-        if pending is None:
-            if block.language in CONSOLE:
-                if not line.startswith("$ "):
-                    continue  # output
-                line = line[2:]
-            pending = (number, "")
-        text = pending[1] + line
-        if text.endswith("\\"):
-            pending = (pending[0], text[:-1] + " ")
-            continue
-        found.append((pending[0], text))
-        pending = None
-    return found
-
-
-def simple_commands(text: str) -> list[list[str]]:
-    """Split a shell line into its simple commands' words (no operators, redirections or env assignments)."""
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    commands: list[list[str]] = [[]]
-    tokens = list(lexer)
-    skip = False
-    for token in tokens:
-        if skip:
-            skip = False
-        elif token in {"&&", "||", ";", "|", "&", "(", ")"}:
-            commands.append([])
-        elif set(token) <= set("<>&") or re.fullmatch(r"\d[<>]&?", token):
-            skip = not token.endswith("&")  # a redirection: its target is not a word of the command
-        elif not commands[-1] and re.match(r"^[A-Za-z_]\w*=", token):
-            check_paths([token.split("=", 1)[1]])
-        else:
-            commands[-1].append(token)
-    return [words for words in commands if words]
-
-
-def check_paths(words: list[str]) -> None:
-    """Fail on a relative path into this repository (its first part exists here) that does not exist."""
-    for word in words:
-        word = word.split("=", 1)[1] if word.startswith("--") and "=" in word else word
-        if "/" not in word or word.startswith(("-", "/", "~", "$")) or "://" in word or re.search(r"[\[*?{]", word):
-            continue
-        if (ROOT / word.split("/")[0]).exists() and not (ROOT / word).exists():
-            raise ExampleFailed(f"names {word}, which is not in the repository")
-
-
-def extras() -> set[str]:
-    return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
-
-
-def check_command(words: list[str]) -> None:
-    program, arguments = Path(words[0]).name, words[1:]
-    if program in {"sudo", "env"}:
-        return check_command(arguments)
-    check_paths(arguments)
-    if re.fullmatch(r"python(3(\.\d+)?)?", program):
-        return check_python(arguments)
-    if re.fullmatch(r"pip3?", program):
-        return check_pip(arguments)
-    if program == "django-admin":
-        return check_management_command(arguments)
-    if program == "threadmill":
-        if "threadmill" not in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("scripts", {}):
-            raise ExampleFailed("runs threadmill, which is no program here: write `python manage.py threadmill ...`")
-        return check_management_command(["threadmill", *arguments])
-    if program in {"bash", "sh"}:
-        if not arguments or not (ROOT / arguments[0]).is_file():
-            raise ExampleFailed(f"runs {' '.join(words)!r}, and there is no such script in the repository")
-        return None
-    if program not in KNOWN_PROGRAMS:
-        raise ExampleFailed(
-            f"runs {program!r}, which this test does not know; if it is an ordinary tool add it to KNOWN_PROGRAMS "
-            "in tests/test_docs_examples.py, else mark the block `<!-- not run: REASON -->`"
-        )
-    return None
-
-
-def check_python(arguments: list[str]) -> None:
-    while arguments and arguments[0] in {"-X", "-W"} | {"-u", "-O", "-B", "-E", "-I", "-s", "-S"}:
-        arguments = arguments[2:] if arguments[0] in {"-X", "-W"} else arguments[1:]
-    if not arguments:
-        raise ExampleFailed("runs python with nothing to run")
-    if arguments[0] == "-m":
-        return check_module(arguments[1], arguments[2:])
-    if arguments[0] == "-c":
-        compile(arguments[1], "<python -c>", "exec")
-        return None
-    if Path(arguments[0]).name == "manage.py":
-        return check_management_command(arguments[1:])
-    if not (ROOT / arguments[0]).is_file():
-        raise ExampleFailed(f"runs python {arguments[0]}, which is not a script in the repository")
-    return None
-
-
-def check_module(module: str, arguments: list[str]) -> None:
-    if module == "pip":
-        return check_pip(arguments)
-    if module == "django":
-        return check_management_command(arguments)
-    spec = importlib.util.find_spec(module)
-    if spec is None or (spec.submodule_search_locations and importlib.util.find_spec(f"{module}.__main__") is None):
-        raise ExampleFailed(f"runs python -m {module}, which is not an importable, runnable module")
-    return None
-
-
-def check_pip(arguments: list[str]) -> None:
-    if not arguments or arguments[0] not in {"install", "uninstall", "download", "wheel", "show", "list", "freeze"}:
-        raise ExampleFailed(f"runs pip {' '.join(arguments)!r}: not a pip command")
-    known = extras()
-    for target in arguments[1:]:
-        requested = re.fullmatch(r"(?P<base>[^\[]+)\[(?P<extras>[^\]]*)\]", target)
-        if requested and (requested["base"] in {".", "threadmill"} or "/" in requested["base"]):
-            unknown = sorted({e.strip() for e in requested["extras"].split(",")} - known)
-            if unknown:
-                raise ExampleFailed(
-                    f"installs extra(s) {', '.join(unknown)}, not in pyproject.toml ({', '.join(sorted(known))})"
-                )
-
-
-def check_management_command(arguments: list[str]) -> None:
-    """Parse `manage.py NAME ARGS` with the parser of the management command NAME itself."""
-    if not arguments:
-        raise ExampleFailed("runs manage.py with no command")
-    name, rest = arguments[0], arguments[1:]
-    commands = get_commands()
-    if name not in commands:
-        raise ExampleFailed(f"runs manage.py {name}, which is no management command of this site")
-    app = commands[name]
-    command = app if isinstance(app, BaseCommand) else load_command_class(app, name)
-    parser = command.create_parser("manage.py", name)
-    try:
-        parser.parse_args(rest)
-    except CommandError as e:
-        raise ExampleFailed(f"manage.py {' '.join(arguments)}: {e}") from e
-    except SystemExit as e:  # --help, --version
-        if e.code:
-            raise ExampleFailed(f"manage.py {' '.join(arguments)} exits {e.code}") from e
-
-
 SHELL_BLOCKS = [block for block in RUN if block.language in SHELL | CONSOLE]
 
 
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=str)
 def test_the_commands_of_a_shell_block_are_real(block):
-    lines = command_lines(block)
+    lines = command_lines(block.text, block.first_line, console=block.language in CONSOLE)
     if not lines:
         pytest.fail(
             f"{block}: a {block.language} block with no command (a console block's start with `$ `).", pytrace=False
@@ -583,7 +344,7 @@ def test_the_commands_of_a_shell_block_are_real(block):
         try:
             for words in simple_commands(text):
                 check_command(words)
-        except (ExampleFailed, ValueError, SyntaxError) as e:
+        except (CommandProblem, ValueError, SyntaxError) as e:
             where = f"{source.relative_to(ROOT)}:{number}"
             problems.append(f"{where}: {e}\n    {text.strip()}")
     if problems:
@@ -612,7 +373,7 @@ def check_unit(block: Block) -> list[str]:
             try:
                 for words in simple_commands(value.lstrip("-@+!:")):
                     check_command(words)
-            except (ExampleFailed, ValueError) as e:
+            except (CommandProblem, ValueError) as e:
                 where = f"{(block.source or block.page).relative_to(ROOT)}:{block.first_line + number}"
                 problems.append(f"{where} (the block at {block}): {key}: {e}")
     return problems
