@@ -21,8 +21,9 @@ from tests.docs_blocks import ROOT
 
 #: Programs a shell block may name beyond python, pip, django-admin and bash/sh SCRIPT: ordinary tools.
 KNOWN_PROGRAMS = frozenset(
-    {"cd", "curl", "daphne", "docker", "export", "git", "journalctl", "kill", "kubectl", "redis-cli"}
-    | {"redis-server", "systemctl", "uvicorn", "valkey-cli", "valkey-server"}
+    {"cat", "cd", "chmod", "chown", "cp", "curl", "daphne", "docker", "echo", "export", "git", "install"}
+    | {"journalctl", "kill", "kubectl", "ln", "ls", "mkdir", "mv", "redis-cli", "redis-server", "systemctl"}
+    | {"tee", "uvicorn", "valkey-cli", "valkey-server"}
 )
 
 

@@ -26,7 +26,8 @@ The blocks are found by `tests/docs_blocks.py`: fenced blocks (inside MyST direc
   line is checked by `tests/docs_commands.py`: `manage.py` and `threadmill` commands go through
   the real parser of the management command, other programs must be known (KNOWN_PROGRAMS there).
 - toml, yaml, json, ini/cfg/systemd: parse; a systemd unit's Exec* command lines are checked as
-  a sh block's.
+  a sh block's. A Dockerfile (docker, dockerfile): every instruction is one Docker has, and the
+  CMD and ENTRYPOINT command lines are checked as a sh block's (RUN lines are the image's build).
 - A `{literalinclude}` gets its file's language; a python file is compiled, not run (the tests
   that own it import it).
 - Anything else (a block with no language, text, output) carries `<!-- not run: REASON -->` on
@@ -68,7 +69,10 @@ PYTHON = {"python", "py", "python3"}
 PYCON = {"pycon"}
 SHELL = {"sh", "bash", "shell", "zsh"}
 CONSOLE = {"console", "shell-session"}
-DATA = {"toml", "yaml", "yml", "json", "ini", "cfg", "systemd"}
+DATA = {"toml", "yaml", "yml", "json", "ini", "cfg", "systemd", "docker", "dockerfile"}
+#: Dockerfile instructions (Docker's reference); a line that starts with none is a mistake.
+DOCKER_INSTRUCTIONS = {"ADD", "ARG", "CMD", "COPY", "ENTRYPOINT", "ENV", "EXPOSE", "FROM", "HEALTHCHECK", "LABEL"}
+DOCKER_INSTRUCTIONS |= {"MAINTAINER", "ONBUILD", "RUN", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR"}
 #: A comment line that starts the part of a python block that belongs in the file it names.
 FILE_HEADER = re.compile(r"^# (?:\S+/)?(?P<name>[\w.-]+\.py)\b.*$")
 #: The files of a new Django project a block may add to (`django-admin startproject`'s templates).
@@ -393,6 +397,8 @@ def test_a_data_block_parses(block):
 
 
 def parse_problems(block: Block) -> list[str]:
+    if block.language in {"docker", "dockerfile"}:
+        return check_dockerfile(block)
     language = {"yml": "yaml", "cfg": "ini", "systemd": "ini"}.get(block.language, block.language)
     try:
         PARSERS[language](block.text)
@@ -407,3 +413,29 @@ def parse_problems(block: Block) -> list[str]:
 def pytest_fail_without_chain(problems: list[str]) -> None:
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+def check_dockerfile(block: Block) -> list[str]:
+    """Return the problems of a Dockerfile: an unknown instruction, a CMD or ENTRYPOINT that is no real command."""
+    problems = []
+    source = (block.source or block.page).relative_to(ROOT)
+    lines = iter(enumerate(block.text.splitlines(), block.first_line))
+    for number, line in lines:
+        while line.endswith("\\"):
+            line = line[:-1] + " " + next(lines, (0, ""))[1]
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        instruction, _, value = line.strip().partition(" ")
+        heredoc = re.search(r"<<-?[\"']?(\w+)", value)
+        while heredoc and next(lines, (0, heredoc[1]))[1].strip() != heredoc[1]:
+            pass  # a here-document's lines are its text, not instructions
+        try:
+            if instruction.upper() not in DOCKER_INSTRUCTIONS:
+                raise CommandProblem(f"{instruction} is no Dockerfile instruction")
+            if instruction.upper() in {"CMD", "ENTRYPOINT"}:
+                exec_form = value.strip().startswith("[")
+                for words in [json.loads(value)] if exec_form else simple_commands(value):
+                    check_command(words)
+        except (CommandProblem, ValueError) as e:
+            problems.append(f"{source}:{number} (the block at {block}): {e}")
+    return problems
