@@ -16,6 +16,7 @@ from threadmill.base import Segment
 from threadmill.outcome import WORKER_LOSS_LIMIT
 from threadmill.worker.config import WorkerConfig
 from threadmill.worker.process import Phase, WorkerProcess
+from threadmill.worker.telemetry import TelemetryPublisher
 
 
 @pytest.fixture
@@ -259,3 +260,16 @@ def test_a_task_one_lost_worker_from_failing_runs_alone_in_its_process(recoverin
     assert overlapping == [], f"ran beside the task that runs alone: {overlapping}"
     # The others did run side by side: three threads.
     assert spells["ahead-0"][0] < spells["ahead-1"][1] and spells["ahead-1"][0] < spells["ahead-0"][1]
+
+
+def test_a_process_that_ends_at_once_says_goodbye_after_its_first_heartbeat_not_before(backend):
+    # Nothing to do: the process ends within milliseconds, while its first heartbeat may still be on
+    # the wire. A goodbye sent before that beat lands would leave the name in the workers set.
+    for round_ in range(30):
+        process = WorkerProcess(backend, WorkerConfig(queues=("default",), exit_empty=True), f"h:1:r{round_}")
+        telemetry = TelemetryPublisher(process)
+        process.start()
+        telemetry.start()
+        assert process.finished.wait(30), "the process did not find its queue empty"
+        telemetry.goodbye()
+        assert backend.worker_heartbeats() == {}, f"round {round_}: a heartbeat landed after the goodbye"

@@ -148,15 +148,12 @@ class _Run:
         process = WorkerProcess(self.backend, self.config, self.name)
         telemetry = TelemetryPublisher(process)
         process.start()
-        heartbeat = telemetry.start()
+        telemetry.start()
         try:
             if not process.finished.wait(max(0.0, deadline - time.monotonic())):
                 self._give_up(process, timeout)
         finally:
-            # A round that found nothing ends within milliseconds: its first heartbeat, still on
-            # the wire, would land after the goodbye and leave a worker that never leaves.
-            heartbeat.join(HAND_BACK_TIMEOUT_S)
-            telemetry.goodbye()
+            telemetry.goodbye()  # after the heartbeat thread's last beat (TelemetryPublisher.goodbye)
         return process.done
 
     def _give_up(self, process: WorkerProcess, timeout: float) -> None:

@@ -58,6 +58,7 @@ class TelemetryPublisher:
         self._psutil.cpu_percent(None)
         self._samples: deque[tuple[float, int]] = deque()
         self._failing = False
+        self._thread: threading.Thread | None = None
 
     def run(self) -> None:
         """Send a heartbeat at once, then every interval until the process finishes."""
@@ -71,6 +72,7 @@ class TelemetryPublisher:
         """Run the heartbeat on a daemon thread and return it."""
         thread = threading.Thread(target=self.run, name="heartbeat", daemon=True)
         thread.start()
+        self._thread = thread
         return thread
 
     def beat(self) -> None:
@@ -87,6 +89,12 @@ class TelemetryPublisher:
         Otherwise the heartbeat is left to age, so the broker recovers what is left.
         """
         backend, process = self.process.backend, self.process
+        if self._thread is not None:
+            # A beat still on the wire (the first goes out as the process starts, and a process
+            # with nothing to do ends within milliseconds) would land after the goodbye and keep
+            # the process in the workers set until it aged out. The thread ends once `finished`
+            # is set, after that beat; a beat on a hung server gives up after one socket timeout.
+            self._thread.join(backend.config.socket_timeout + 1)
         self._send(lambda: backend.publish_telemetry(json.dumps(self.snapshot("stopped"))))
         if process.named_on_server:
             logger.warning(
