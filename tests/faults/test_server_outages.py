@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.faults.conftest import FaultServer, Tally, fault_backend, wait_for, wait_for_drain
+from tests.faults.conftest import KINDS, FaultServer, Tally, fault_backend, wait_for, wait_for_drain
 
 pytestmark = pytest.mark.slow
 
@@ -41,10 +41,11 @@ def _drain_through(fault: Callable[[], None], server: FaultServer, tally: Tally,
     return finished - back
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_server_restart_with_appendfsync_always_mid_drain_loses_nothing_and_runs_nothing_twice(
-    make_fault_server, counter, start_pool
+    make_fault_server, counter, start_pool, kind
 ):
-    server = make_fault_server(appendfsync="always")
+    server = make_fault_server(appendfsync="always", kind=kind)
     tally = Tally(fault_backend(server), counter)
 
     _drain_through(server.restart, server, tally, start_pool)
