@@ -83,6 +83,7 @@ GROUND_FLOOR = {
     "threadmill.aborts",
     "threadmill.attempts",
     "threadmill.base",
+    "threadmill.error_reports",
     "threadmill.exceptions",
     "threadmill.identity",
     "threadmill.lifeline",

@@ -14,6 +14,8 @@ from threadmill.embedded import DEFAULT_EMBEDDED_PORT
 BASE_DIR = Path(os.environ.get("THREADMILL_HOME", Path.cwd()))
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "threadmill-demo-site-not-for-production")
 DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+# The DEBUG page and the error e-mails show REDIS_URL redacted (docs/how-to/production-redis.md).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "threadmill.error_reports.RedactingReporterFilter"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 
 INSTALLED_APPS = [
