@@ -7,6 +7,8 @@ dead processes' names must not come back to life with them.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 
@@ -114,3 +116,48 @@ def test_a_pool_killed_and_restarted_in_a_fresh_pid_namespace_runs_every_task_ag
         lost = [e for e in result.errors if e.exception_class_path == LOST]
         assert len(lost) <= 1 and not (set(result.worker_ids[:-1]) - old_names), (task_id, result.worker_ids)
     print(f"{len(held)} leases of the killed pool recovered {recovered_in:.1f} s after the kill")
+
+
+def test_two_pools_in_pid_namespaces_of_their_own_share_pids_and_a_kill_9_in_one_costs_the_other_nothing(
+    tally: Tally, fault_server, start_namespaced_pool
+):
+    # Two containers of one Deployment on one node: the same hostname, and each pool's worker
+    # process is pid 2 of its own namespace. Only the incarnation tells their names apart.
+    tally.enqueue(300, sleep_ms=30)
+    one = start_namespaced_pool(fault_server, "-w", "1", "-t", "2")
+    other = start_namespaced_pool(fault_server, "-w", "1", "-t", "2")
+    holders = wait_for(
+        lambda: (
+            one.alive()
+            and other.alive()
+            and len(names := {worker for worker, _ in _leases(tally).values()}) == 2
+            and tally.successful() >= 20
+            and names
+        ),
+        lambda: f"both pools hold leases ({tally.summary()})",
+        30,
+    )
+    assert len({WorkerName.parse(name).pid for name in holders}) == 1, f"the pools' pids differ: {holders}"
+    (victim,) = one.children()
+    victim_name = next(name for name in holders if name in one.output)
+    survivor_name = next(iter(holders - {victim_name}))
+
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: victim not in one.children(), lambda: "the killed process is gone", 10)
+    # Only a task the killed process had finished, its acknowledgement not yet sent, may run again.
+    may_run_twice = set(tally.finished())
+
+    wait_for_drain(other, tally, WORKER_TIMEOUT_S + SOCKET_TIMEOUT_S + BROKER_INTERVAL_S + 60)
+    twice = tally.ran_twice()
+    assert set(twice) <= may_run_twice and len(twice) <= 2, f"ran twice: {twice}"
+    assert tally.never_ran() == [], tally.summary()
+    assert tally.statuses() == {TaskResultStatus.SUCCESSFUL: len(tally.ids)}, tally.summary()
+    abandoned_by = {
+        attempt.worker
+        for task_id in tally.ids
+        for attempt in tally.backend.get_result(task_id).attempt_records
+        if attempt.outcome == "abandoned"
+    }
+    assert victim_name in abandoned_by, "the killed process's leases were not recovered as abandoned"
+    assert survivor_name not in abandoned_by, "recovery took the survivor's leases: its name shares the killed pid"
+    assert "respawning it" in one.output and "respawning it" not in other.output
