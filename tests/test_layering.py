@@ -84,6 +84,7 @@ GROUND_FLOOR = {
     "threadmill.attempts",
     "threadmill.base",
     "threadmill.exceptions",
+    "threadmill.exit_codes",
     "threadmill.identity",
     "threadmill.lifeline",
     "threadmill.limits",
