@@ -85,6 +85,7 @@ GROUND_FLOOR = {
     "threadmill.base",
     "threadmill.error_reports",
     "threadmill.exceptions",
+    "threadmill.exit_codes",
     "threadmill.identity",
     "threadmill.lifeline",
     "threadmill.limits",

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from ..api import CancelOutcome, actions, default_canceller
+from ..exit_codes import EXIT_NOT_CANCELLED, EXIT_OK
 from .common import add_backend_argument, threadmill_backend
 
 HELP = "Cancel tasks by id: a ready or deferred one never runs, a running one is asked to abort."
@@ -33,4 +34,4 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     outcomes = actions.cancel(backend.alias, options["task_ids"], by=f"{default_canceller()} (command line)")
     for task_id, outcome in outcomes.items():
         command.stdout.write(f"{task_id}: {SAYS[outcome]}")
-    return 0 if all(outcome.took for outcome in outcomes.values()) else 1
+    return EXIT_OK if all(outcome.took for outcome in outcomes.values()) else EXIT_NOT_CANCELLED

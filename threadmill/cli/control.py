@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ..api import controls
+from ..exit_codes import EXIT_OK
 from ..identity import WorkerName
 from .common import add_backend_argument, threadmill_backend
 
@@ -39,7 +40,7 @@ def send(command: BaseCommand, options: dict[str, Any], verb: str) -> int:
         f"Asked {len(targets)} worker process{'es' if len(targets) != 1 else ''} to {verb}: {', '.join(targets)}. "
         "Their supervisors act on their next broker pass."
     )
-    return 0
+    return EXIT_OK
 
 
 def _targets(live: list[str], options: dict[str, Any]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ..api.controls import LimitError, clear_queue_limit, queue_limits, set_queue_limit
+from ..exit_codes import EXIT_OK
 from ..limits import QueueLimit
 from .common import add_backend_argument, known_queues, threadmill_backend
 
@@ -49,7 +50,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
             command.stdout.write(f"Queue {name!r} is limited to {describe(limit)} until cleared.")
     except LimitError as e:
         raise CommandError(str(e)) from None
-    return 0
+    return EXIT_OK
 
 
 def describe(limit: QueueLimit) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from ..api import controls
+from ..exit_codes import EXIT_OK
 from .common import add_backend_argument, known_queues, threadmill_backend
 
 HELP = "Pause a queue: workers take none of its tasks until it is resumed; enqueues still land."
@@ -29,4 +30,4 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         command.stdout.write(
             f"Queue {queue_name!r} was already paused by {paused.by} since {paused.since:%Y-%m-%d %H:%M:%S} UTC."
         )
-    return 0
+    return EXIT_OK

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from ..api import controls
+from ..exit_codes import EXIT_OK
 from .common import add_backend_argument, known_queues, threadmill_backend
 
 HELP = "Requeue the running tasks whose worker is gone or whose lease is overdue; a live lease is never touched."
@@ -24,4 +25,4 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         done = controls.requeue_orphaned(backend.alias, queue_name)
         kept = f"; {len(done.skipped)} kept: their lease is live again" if done.skipped else ""
         command.stdout.write(f"{queue_name}: requeued {len(done.moved)} orphaned tasks{kept}. {done.notice}".strip())
-    return 0
+    return EXIT_OK

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from ..api import controls
+from ..exit_codes import EXIT_OK
 from .common import add_backend_argument, known_queues, threadmill_backend
 
 HELP = "Resume a paused queue: workers take its tasks again."
@@ -25,4 +26,4 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         command.stdout.write(f"Resumed queue {queue_name!r}.")
     else:
         command.stdout.write(f"Queue {queue_name!r} was not paused.")
-    return 0
+    return EXIT_OK

@@ -33,9 +33,9 @@ from django.utils.module_loading import import_string
 
 from ..embedded import DEFAULT_EMBEDDED_PORT, EmbeddedValkey, redis_url_from_environment
 from ..exceptions import EmbeddedServerError
+from ..exit_codes import EXIT_CHILD_EXITED, EXIT_INTERRUPTED, EXIT_OK
 from ..lifeline import die_with_parent
 from ..redaction import redact_url
-from ..worker.config import EXIT_INTERRUPTED
 from .common import seconds
 
 #: The run's child processes, each with the name its messages give it.
@@ -252,14 +252,14 @@ def _wait(command: BaseCommand, signals: StopSignals, children: Children, option
         for name, child in children:
             if child.poll() is not None:
                 command.stderr.write(f"The {name} exited (code {child.returncode}); stopping.")
-                return 1
+                return EXIT_CHILD_EXITED
     if options["no_worker"]:
         command.stdout.write("Stopping.")
     else:
         command.stdout.write(
             f"Stopping: running tasks have {options['shutdown_timeout']:g} s to finish; Ctrl-C again stops now."
         )
-    return 0
+    return EXIT_OK
 
 
 def _stop_children(command: BaseCommand, children: Children, graceful_s: float, signals: StopSignals) -> bool:

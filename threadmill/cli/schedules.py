@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ..api import schedules as api
+from ..exit_codes import EXIT_OK
 from .common import add_backend_argument, threadmill_backend
 
 HELP = "List the schedules with their next and last run, or pause, resume or run one now."
@@ -38,7 +39,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
             command.stdout.write(_listing(alias))
     except LookupError as e:
         raise CommandError(str(e)) from None
-    return 0
+    return EXIT_OK
 
 
 def _who() -> str:

@@ -15,12 +15,10 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from .. import api
+from ..exit_codes import EXIT_OK, EXIT_UNSERVED
 from .common import add_backend_argument, threadmill_backend
 
 HELP = "Print each queue (counts, latency, paused) and the live workers; exit 1 if ready tasks have no worker."
-
-#: Exit code when a queue has ready tasks and no live worker serves it.
-EXIT_UNSERVED = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +33,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
         command.stdout.write(json.dumps(status, indent=2))
     else:
         command.stdout.write(render(status))
-    return EXIT_UNSERVED if any(q["unserved"] for q in status["queues"]) else 0
+    return EXIT_UNSERVED if any(q["unserved"] for q in status["queues"]) else EXIT_OK
 
 
 def render(status: dict[str, Any]) -> str:

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, cast
 
 from django.tasks import task_backends
 
+from ..exit_codes import EXIT_INTERRUPTED
 from ..identity import name_this_process
-from .config import EXIT_INTERRUPTED, WorkerConfig
+from .config import WorkerConfig
 from .process import Phase, WorkerProcess
 from .telemetry import TelemetryPublisher
 

@@ -9,14 +9,6 @@ from .prefetch import DEFAULT_WINDOW_S
 
 #: Default seconds running tasks may take to finish after SIGTERM (below Kubernetes' 30 s grace period).
 DEFAULT_SHUTDOWN_TIMEOUT_S = 25.0
-#: Exit code of a worker process that stopped because it ran its `--max-tasks`.
-EXIT_RECYCLED = 3
-#: Exit code of a worker process that replaced itself because a task outlived its time limit and grace.
-EXIT_TIMED_OUT = 4
-#: Exit code of a worker process that failed (a fetch failure, all consumers gone).
-EXIT_FAILED = 1
-#: Exit code of a worker process or supervisor stopped at once by a second Ctrl-C.
-EXIT_INTERRUPTED = 130
 
 
 def default_process_count() -> int:

@@ -44,8 +44,9 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..base import ThreadmillTaskResult
+from ..exit_codes import EXIT_FAILED, EXIT_OK, EXIT_RECYCLED, EXIT_TIMED_OUT
 from .aborts import ABORT_CHECK_INTERVAL_S, AbortPolling
-from .config import EXIT_FAILED, EXIT_RECYCLED, EXIT_TIMED_OUT, WorkerConfig
+from .config import WorkerConfig
 from .consumer import Consumers
 from .executor import Executor, Outcome
 from .fetcher import (
@@ -216,7 +217,7 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         """The process's exit code once `finished` is set."""
         if self.failed:
             return EXIT_FAILED
-        return EXIT_TIMED_OUT if self.timed_out else EXIT_RECYCLED if self.recycled else 0
+        return EXIT_TIMED_OUT if self.timed_out else EXIT_RECYCLED if self.recycled else EXIT_OK
 
     def _enter(self, phase: Phase) -> None:
         """Move to `phase` (the lock held); the one place the phase changes."""

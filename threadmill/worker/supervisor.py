@@ -28,9 +28,10 @@ from django.db import connections
 
 from ..backends.broker import RedisBroker
 from ..exceptions import ServerUnreachable
+from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_RECYCLED, EXIT_TIMED_OUT
 from ..identity import WorkerName, new_incarnation
 from .child import HANDLED_SIGNALS, QUIET_SIGNAL, run_worker_process
-from .config import EXIT_INTERRUPTED, EXIT_RECYCLED, EXIT_TIMED_OUT, WorkerConfig
+from .config import WorkerConfig
 
 if TYPE_CHECKING:
     from ..backends.redis import RedisTaskBackend
@@ -93,7 +94,7 @@ class Supervisor:
             os.close(wake_read)
             os.close(wake_write)
         logger.info("Worker pool stopped.")
-        return EXIT_INTERRUPTED if self.interrupted else 0
+        return EXIT_INTERRUPTED if self.interrupted else EXIT_OK
 
     def _turn(self, wake_read: int) -> None:
         now = time.monotonic()
@@ -192,7 +193,7 @@ class Supervisor:
             process.join()
             del self.children[slot]
             code, lived = process.exitcode, time.monotonic() - born
-            if self.stopping or slot in self._retired or (self.config.exit_empty and code == 0):
+            if self.stopping or slot in self._retired or (self.config.exit_empty and code == EXIT_OK):
                 continue
             self._schedule_respawn(slot, process.pid, code, lived)
 

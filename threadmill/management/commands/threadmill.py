@@ -8,6 +8,7 @@ from importlib import import_module
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from threadmill.cli import SUBCOMMANDS
+from threadmill.exit_codes import EXIT_USAGE
 
 
 class OneLineParser(CommandParser):
@@ -15,7 +16,7 @@ class OneLineParser(CommandParser):
 
     def error(self, message: str):
         if self.called_from_command_line:
-            self.exit(2, f"{self.prog}: error: {message}\n")
+            self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
         raise CommandError(f"Error: {message}")
 
 
