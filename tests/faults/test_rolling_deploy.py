@@ -89,7 +89,7 @@ def _kill_worker_process(pool: Pool) -> None:
     # The handle is taken before the signal: the supervisor may reap the pid before a later lookup.
     handle = psutil.Process(victim)
     handle.send_signal(signal.SIGKILL)
-    gone, alive = psutil.wait_procs([handle], timeout=5)
+    _gone, alive = psutil.wait_procs([handle], timeout=5)
     assert not alive, f"worker process {victim} outlived kill -9"
 
 
