@@ -1,4 +1,4 @@
-"""The worker command imports what a worker uses: not the console's server, metrics or a tracing API left unused.
+"""The worker command imports what a worker uses: not the console's server, metrics, psutil or an unused tracing API.
 
 Read from `python -X importtime` over a whole `--exit-empty` run, its forked worker process
 included; nothing is timed here (`python -m tests.benchmarks start` times the start).
@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from tests.worker.conftest import ROOT, worker_env
+from threadmill.worker.usage import STATM
 
 #: Runs manage.py as an install without the OpenTelemetry SDK: redis-py imports the SDK and the
 #: metrics API itself whenever they are installed (`redis.observability`), which is not ours to avoid.
@@ -50,6 +51,8 @@ def test_a_project_without_the_console_imports_neither_its_stack_nor_prometheus_
     assert not {name for name in imported if name.partition(".")[0] in CONSOLE}
     assert "threadmill.integrations.otel" in imported
     assert not {name for name in imported if name.startswith(TRACING)}
+    # Linux tells a snapshot's CPU and memory without psutil (threadmill/worker/usage.py).
+    assert "psutil" not in imported or not STATM.exists()
 
 
 def test_the_demo_site_worker_loads_the_console_apps_but_not_the_server_that_serves_them(redis_url):
