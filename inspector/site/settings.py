@@ -19,7 +19,6 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "threadmill.error_reports.RedactingReporterF
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

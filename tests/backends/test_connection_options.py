@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+import redis
+from redis.driver_info import DriverInfo
 
 from tests import tasks
 from tests.backends.conftest import same_server
@@ -42,6 +44,19 @@ async def test_client_name_reaches_the_scripts_the_commands_the_asyncio_path_and
     assert {"subscribe", "ssubscribe"} & set(commands), commands
     # The thread's script connection, a loop's, and the pool's (get_result's, then the subscription's).
     assert len(connections) >= 3, commands
+
+
+def test_connections_name_redis_py_at_its_version_unless_connection_names_the_client_itself(redis_url):
+    # On the session's Valkey: an older Redis (Debian's) keeps no CLIENT SETINFO fields.
+    def reported(connection: dict) -> set[tuple[str, str]]:
+        backend = RedisTaskBackend("default", {"REDIS_URL": redis_url, "OPTIONS": {"connection": connection}})
+        backend.enqueue(tasks.echo, [1], {})
+        clients = redis.Redis.from_url(redis_url).client_list()
+        return {(c["lib-name"], c["lib-ver"]) for c in clients if c.get("name") == connection["client_name"]}
+
+    assert reported({"client_name": NAME}) == {("redis-py", redis.__version__)}
+    own = {"client_name": f"{NAME}-own", "driver_info": DriverInfo(name="mysite", lib_version="1.2")}
+    assert reported(own) == {("mysite", "1.2")}
 
 
 def test_a_user_and_password_in_connection_log_in_where_the_url_names_none(password_server):

@@ -11,13 +11,13 @@ import signal
 
 BENCHMARKS = (
     "backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "memory", "faults", "cluster",
-    "integrations",
+    "integrations", "start",
 )  # fmt: skip
 #: What runs when no benchmark is named; the fault table takes minutes of real outages and the
 #: cluster drain starts a cluster of its own, so both only on request. The remote drain and the
 #: fairness rows take about three minutes each at the default repeats, so they stay in. The memory
 #: table changes only with the stored layout, so it too runs when named.
-DEFAULT_BENCHMARKS = ("backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "charts")
+DEFAULT_BENCHMARKS = ("backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "start", "charts")
 #: Peers each benchmark knows; --peers picks among them and each benchmark takes the ones it knows.
 KNOWN_PEERS = {
     "drain": ("dramatiq", "celery", "django-tasks-db", "django-tasks-rq"),
@@ -27,6 +27,7 @@ KNOWN_PEERS = {
     "deferred": ("celery", "dramatiq", "huey", "rq"),
     "enqueue": ("dramatiq", "celery", "huey", "rq"),
     "memory": ("dramatiq", "celery", "rq"),
+    "start": ("dramatiq", "rq", "celery", "huey"),
 }
 
 
@@ -57,7 +58,8 @@ def parse() -> argparse.Namespace:
         default=None,
         help="comma-separated peers to measure beside threadmill, each benchmark taking those it knows "
         "(default: drain dramatiq,celery,django-tasks-db,django-tasks-rq; idle and deferred celery,dramatiq,huey,rq; "
-        "enqueue, remote and fairness dramatiq,celery; an empty string measures threadmill alone)",
+        "start dramatiq,rq,celery,huey; enqueue, remote and fairness dramatiq,celery; an empty string measures "
+        "threadmill alone)",
     )
     parser.add_argument(
         "--prefetch",
@@ -84,6 +86,9 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument(
         "--fault", default=None, help="faults: only the rows whose name contains this text (default every row)"
+    )
+    parser.add_argument(
+        "--against", default=None, help="start: also time threadmill at this older commit, from a temporary worktree"
     )
     parser.add_argument(
         "--partitions",
@@ -165,6 +170,14 @@ def main() -> None:
             repeats=args.repeats or 3,
             batch=args.batch,
             peer_names=peers_for("enqueue", args.peers),
+        )
+    if "start" in args.benchmarks:
+        from . import start
+
+        start.run(
+            repeats=args.repeats or start.DEFAULT_REPEATS,
+            peer_names=peers_for("start", args.peers),
+            against=args.against,
         )
     if "memory" in args.benchmarks:
         from . import memory

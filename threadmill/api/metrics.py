@@ -5,22 +5,26 @@ of ZCARDs, one of two-entry ZRANGEs for the oldest ready task, one of HMGETs for
 the heartbeats and their documents, and the paused queues, so its cost does not grow with the
 number of tasks stored; and per backend one pipeline of HGETALLs for the per-task-path totals,
 whose label `task` is bounded by `taskstats.PATH_CAP` paths a queue.
+
+`prometheus_client` is imported at the first scrape, not with the API: every command of
+`manage.py threadmill` imports the API, and the worker's start paid 10 ms for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from typing import TYPE_CHECKING
 
 from ..backends.taskstats import BOUNDS_S, PathStats
 from ..backends.tooling import TaskLimitState
 from ..base import Segment
 from .queues import backend_aliases, get_backend
 
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+# `CONTENT_TYPE_LATEST` too, read through `__getattr__` (below).
 __all__ = [
-    "CONTENT_TYPE_LATEST",
     "PathStats",
     "TaskLimitState",
     "exposition",
@@ -50,6 +54,8 @@ class ThreadmillCollector:
     """Collect queue and worker metrics from every threadmill backend at scrape time."""
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
         tasks = GaugeMetricFamily(
             "threadmill_tasks", "Tasks in a queue's segment.", labels=["backend", "queue", "segment"]
         )
@@ -161,6 +167,8 @@ def _cumulative(buckets: list[int]) -> list[tuple[str, int]]:
 
 def exposition() -> bytes:
     """Return every backend's metrics in the Prometheus text format, read now."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ThreadmillCollector())
     return generate_latest(registry)
@@ -179,3 +187,12 @@ def task_path_minutes(alias: str, queue_name: str, path: str, *, minutes: int = 
 def task_limits(alias: str) -> dict[str, TaskLimitState]:
     """Every task path of `alias` with a per-task limit (`@task(concurrency=, rate=)`), and its runs leased now."""
     return get_backend(alias).task_limits()
+
+
+def __getattr__(name: str) -> str:
+    # `CONTENT_TYPE_LATEST`, the exposition's media type, comes with prometheus_client (see above).
+    if name == "CONTENT_TYPE_LATEST":
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return CONTENT_TYPE_LATEST
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -140,7 +140,7 @@ class Enqueuer:
 
     def enqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         """Enqueue one call of `task` (validated already), in a producer span when tracing is set up."""
-        if otel.tracer is not None and otel.is_set_up():
+        if otel.is_set_up():
             with otel.sending(self.backend.alias, task, 1) as trace:
                 return self.enqueue_one(task, args, kwargs, trace)
         return self.enqueue_one(task, args, kwargs, None)
@@ -151,7 +151,7 @@ class Enqueuer:
 
     async def aenqueue(self, task, args, kwargs) -> ThreadmillTaskResult:
         """`enqueue` on the running event loop's own connection (the task validated already)."""
-        if otel.tracer is not None and otel.is_set_up():
+        if otel.is_set_up():
             with otel.sending(self.backend.alias, task, 1) as trace:
                 return await self.aenqueue_one(task, args, kwargs, trace)
         return await self.aenqueue_one(task, args, kwargs, None)
@@ -228,7 +228,7 @@ class Enqueuer:
         The task is validated already.
         """
         calls = [_call(i, call) for i, call in enumerate(calls)]
-        if otel.tracer is not None and otel.is_set_up():
+        if otel.is_set_up():
             with otel.sending(self.backend.alias, task, len(calls)) as trace:
                 return self.enqueue_calls(task, calls, trace)
         return self.enqueue_calls(task, calls, None)

@@ -1,8 +1,8 @@
 """OpenTelemetry traces: an enqueue span, the W3C trace context stored in the task, a span per attempt.
 
 Used when `opentelemetry-api` is installed (the `otel` extra) and a tracer provider (the SDK's)
-is set up; the spans go wherever it sends them. The worker looks once, when it starts, so the
-provider must be set up by then (in settings, `AppConfig.ready` or `opentelemetry-instrument`). `enqueue` runs in a
+is set up; the API is imported only once one may be (`may_be_set_up`), and the spans go wherever
+it sends them. The worker looks once, when it starts, so the provider must be set up by then (in settings, `AppConfig.ready` or `opentelemetry-instrument`). `enqueue` runs in a
 producer span "send <queue>" and stores its W3C trace context (`traceparent`, `tracestate`)
 in the task. Each attempt runs in a consumer span "process <queue>" that is a child of that
 span, so a request's trace goes on into the worker, retries included. A task enqueued with
@@ -12,6 +12,8 @@ enqueue, because a trace held open until a deferred run hours later is one no ba
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,32 +21,58 @@ from typing import Any
 from ..base import ThreadmillTaskResult
 from .observer import outcome_of
 
-try:
-    from opentelemetry import context as otel_context
-    from opentelemetry import trace
-    from opentelemetry.trace import Link, SpanKind, StatusCode
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-except ImportError:  # the `otel` extra is not installed: nothing here is used
-    trace = None  # type: ignore[assignment]
-
 #: The value of `messaging.system` on Threadmill's spans.
 MESSAGING_SYSTEM = "threadmill"
 
-if trace is not None:
-    #: The tracer of Threadmill's spans: a proxy, so a provider set up after import is used.
-    tracer = trace.get_tracer("threadmill")
-    #: The stored context is W3C trace context whatever the process's propagators are.
-    _w3c = TraceContextTextMapPropagator()
-else:
-    tracer = None
+# The API's names, bound by `_load` once a tracer provider may be set up; until then none is imported.
+otel_context: Any = None
+trace: Any = None
+Link: Any = None
+SpanKind: Any = None
+StatusCode: Any = None
+#: The tracer of Threadmill's spans: a proxy, so a provider set up after the load is used.
+tracer: Any = None
+#: The stored context is W3C trace context whatever the process's propagators are.
+_w3c: Any = None
+#: Whether the API is installed; None until `_load` looked.
+_installed: bool | None = None
+
+
+def may_be_set_up() -> bool:
+    """Whether a tracer provider could be set up in this process, answered without importing the API.
+
+    A provider is set up through the API, which is then imported (by settings, an SDK, or
+    `opentelemetry-instrument`), or named in `OTEL_PYTHON_TRACER_PROVIDER` for the API to load.
+    Importing the API anyway cost every worker's start about 15 ms.
+    """
+    return "opentelemetry.trace" in sys.modules or "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+
+
+def _load() -> bool:
+    """Import the API and bind its names here, once; return whether it is installed (the `otel` extra)."""
+    global otel_context, trace, Link, SpanKind, StatusCode, tracer, _w3c, _installed
+    if _installed is None:
+        try:
+            from opentelemetry import context as otel_context
+            from opentelemetry import trace
+            from opentelemetry.trace import Link, SpanKind, StatusCode
+            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        except ImportError:  # the `otel` extra is not installed: nothing here is used
+            _installed = False
+            return False
+        tracer, _w3c = trace.get_tracer("threadmill"), TraceContextTextMapPropagator()
+        _installed = True
+    return _installed
 
 
 def is_set_up() -> bool:
     """Whether a tracer provider is set up in this process (an SDK's), not the API's default no-op proxy.
 
-    Call only when `tracer` is not None. Without one every span is a no-op, and skipping them
-    saves the worker about 5 µs a task (the integrations benchmark).
+    Without one every span is a no-op, and skipping them saves the worker about 5 µs a task
+    (the integrations benchmark).
     """
+    if not may_be_set_up() or not _load():
+        return False
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
@@ -107,4 +135,4 @@ class Tracing:
 
 def attempt_observer() -> Tracing | None:
     """Return the attempt observer when opentelemetry-api is installed and a tracer provider set up, else None."""
-    return Tracing() if tracer is not None and is_set_up() else None
+    return Tracing() if is_set_up() else None

@@ -23,9 +23,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from ..redaction import redact_text
+from .usage import ProcessUsage
 
 if TYPE_CHECKING:
     from .process import WorkerProcess
@@ -54,8 +53,7 @@ class TelemetryPublisher:
         self.process = process
         self.channel = process.backend.keys.telemetry()
         self.started_at = time.time()
-        self._psutil = psutil.Process()
-        self._psutil.cpu_percent(None)
+        self._usage = ProcessUsage()
         self._samples: deque[tuple[float, int]] = deque()
         self._failing = False
         self._thread: threading.Thread | None = None
@@ -138,8 +136,8 @@ class TelemetryPublisher:
             "task_run_seconds": process.prefetch.run_s,
             "tasks_done": process.done,
             "tasks_per_minute": round(self._rate(now, process.done), 1),
-            "cpu_percent": self._psutil.cpu_percent(None),
-            "rss_bytes": self._psutil.memory_info().rss,
+            "cpu_percent": self._usage.cpu_percent(),
+            "rss_bytes": self._usage.rss_bytes(),
             "started_at": self.started_at,
             "time": now,
         }
