@@ -172,3 +172,35 @@ def test_a_schedule_refused_by_a_full_server_leaves_the_reaper_running(full_serv
     broker = RedisBroker(backend, ["default"])
     wait_for(lambda: broker.run_once()[1], lambda: f"the reaper takes back task {lost.id}", 10)
     assert backend.get_result(lost.id).status is not TaskResultStatus.RUNNING
+
+
+def test_an_operator_command_a_stop_wake_and_a_schedule_pause_are_taken_by_a_full_server(full_server):
+    # Each was a plain write (HSET, LPUSH in a MULTI, HSETNX) that a full server refused: an operator
+    # could not stop a pool that filled it, and a stopping worker waited out its idle timeout.
+    backend = backend_on(full_server)
+    fill(backend)
+    backend.send_control(["box:1:aaaaaaaa"], "stop", by="test")
+    assert backend.pending_control()["box:1:aaaaaaaa"]["command"] == "stop"
+    backend.wake_worker("box:1:aaaaaaaa")
+    assert backend.client.lrange(backend.keys.worker_wake("box:1:aaaaaaaa"), 0, -1) == [b"1"]
+    assert backend.pause_schedule("nightly", by="test") is True
+    assert backend.resume_schedule("nightly") is True
+    assert backend.pause("default", by="test") and backend.resume("default")
+
+
+def test_a_partitioned_alias_with_paused_queues_starts_and_widens_on_a_full_server(full_server):
+    # Every start of a partitioned alias copies partition 0's pauses and limits into the others,
+    # and a start with more partitions raises the stored count: both were plain writes a full
+    # server refused, so no worker could start on it.
+    backend = backend_on(full_server, partitions=3)
+    backend.check_layout()
+    assert backend.pause("emails", by="test")
+    backend.set_limit("reports", concurrency=8, by="test")
+    fill(backend)
+    backend_on(full_server, partitions=3).check_layout()
+    wider = backend_on(full_server, partitions=4)
+    wider.check_layout()
+    assert wider.covered_partitions(fresh=True) == range(4)
+    assert wider.client.hexists(wider.keys_for(3).paused(), "emails")
+    assert wider.queue_limits(["reports"])["reports"].runtime.concurrency == 8
+    assert wider.pause("default", by="test")
