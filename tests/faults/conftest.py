@@ -247,6 +247,49 @@ def start_pool(counter_server) -> Iterator[Callable[..., Pool]]:
         pool.close()
 
 
+class NamespacedPool(Pool):
+    """A pool whose supervisor is pid 1 of a PID namespace of its own, with its own /proc."""
+
+    # --kill-child: if unshare dies, so does the namespace (the clean-up kills it that way).
+    COMMAND_PREFIX = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+
+    def init(self) -> psutil.Process | None:
+        """The namespace's pid 1, the supervisor, as this test's namespace numbers it."""
+        try:
+            return next(iter(psutil.Process(self.process.pid).children()), None)
+        except psutil.NoSuchProcess:
+            return None
+
+    def children(self) -> list[int]:
+        init = self.init()
+        try:
+            return self.remember([child.pid for child in init.children()] if init else [])
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill_namespace(self) -> None:
+        """SIGKILL the namespace's pid 1: the kernel kills every process in it, as `docker kill` does."""
+        init = self.init()
+        assert init is not None, "the pool's namespace has no init process"
+        init.kill()
+        self.process.wait(10)
+
+
+@pytest.fixture
+def start_namespaced_pool(counter_server) -> Iterator[Callable[..., NamespacedPool]]:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.fail("This test runs pools in PID namespaces of their own: run it as root, with util-linux's unshare.")
+    pools: list[NamespacedPool] = []
+
+    def start(server, *args: str, **env: str) -> NamespacedPool:
+        pools.append(NamespacedPool(*args, env=fault_env(server, counter_server.url, **env)))
+        return pools[-1]
+
+    yield start
+    for pool in pools:
+        pool.close()
+
+
 # -- the tally ----------------------------------------------------------------------------
 
 

@@ -7,16 +7,12 @@ dead processes' names must not come back to life with them.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
 
-import psutil
 import pytest
 from django.tasks import TaskResultStatus
 
-from tests.faults.conftest import FAULT_TIMEOUTS, SLACK_S, Pool, Tally, fault_env, wait_for, wait_for_drain
+from tests.faults.conftest import FAULT_TIMEOUTS, SLACK_S, Tally, wait_for, wait_for_drain
 from threadmill.identity import WorkerName
 
 pytestmark = pytest.mark.slow
@@ -26,49 +22,6 @@ SOCKET_TIMEOUT_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_SOCKET_TIMEOUT"])
 BROKER_INTERVAL_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_BROKER_INTERVAL"])
 #: The errors recovery records for an attempt its lost worker was running.
 LOST = "threadmill.exceptions.WorkerLost"
-
-
-class NamespacedPool(Pool):
-    """A pool whose supervisor is pid 1 of a PID namespace of its own, with its own /proc."""
-
-    # --kill-child: if unshare dies, so does the namespace (the clean-up kills it that way).
-    COMMAND_PREFIX = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
-
-    def init(self) -> psutil.Process | None:
-        """The namespace's pid 1, the supervisor, as this test's namespace numbers it."""
-        try:
-            return next(iter(psutil.Process(self.process.pid).children()), None)
-        except psutil.NoSuchProcess:
-            return None
-
-    def children(self) -> list[int]:
-        init = self.init()
-        try:
-            return self.remember([child.pid for child in init.children()] if init else [])
-        except psutil.NoSuchProcess:
-            return []
-
-    def kill_namespace(self) -> None:
-        """SIGKILL the namespace's pid 1: the kernel kills every process in it, as `docker kill` does."""
-        init = self.init()
-        assert init is not None, "the pool's namespace has no init process"
-        init.kill()
-        self.process.wait(10)
-
-
-@pytest.fixture
-def start_namespaced_pool(counter_server) -> Iterator[Callable[..., NamespacedPool]]:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.fail("This test runs pools in PID namespaces of their own: run it as root, with util-linux's unshare.")
-    pools: list[NamespacedPool] = []
-
-    def start(server, *args: str) -> NamespacedPool:
-        pools.append(NamespacedPool(*args, env=fault_env(server, counter_server.url)))
-        return pools[-1]
-
-    yield start
-    for pool in pools:
-        pool.close()
 
 
 def _leases(tally: Tally) -> dict[str, tuple[str, str]]:
