@@ -332,6 +332,20 @@ def test_scan_walks_a_segment_by_cursor_through_ties_and_removals(scripts, raw, 
     assert seen == [task_id for task_id in order if task_id != order[5]]
 
 
+def test_trim_full_drops_the_oldest_successful_tasks_and_leaves_a_tombstone_each(scripts, raw, backend):
+    old, kept, unique = (enqueue(backend, echo, i).id for i in range(3))
+    for task_id, score in ((old, 1.0), (unique, 2.0), (kept, 3.0)):
+        raw.hset(T + task_id, "segment", "successful")
+        raw.zadd(Q + "successful", {task_id: score})
+    raw.hset(T + unique, "unique", "digest")
+    raw.set(f"threadmill:{{default}}:result:{old}", "r")
+    assert scripts.trim_full("default", 2) == 1
+    assert raw.keys(f"*{old}*") == []
+    assert raw.zrange(Q + "successful", 0, -1) == [unique.encode(), kept.encode()]
+    assert raw.zrange("threadmill:{default}:trimmed", 0, -1, withscores=True) == [(old.encode(), 1.0)]
+    assert raw.exists(T + unique) and raw.exists(T + kept)
+
+
 def test_send_control_leaves_the_same_document_for_each_worker_as_a_plain_hset_did(scripts, raw):
     # An older release's supervisor takes these with take_control: key and document unchanged.
     assert scripts.send_control(["a:1:x", "b:2:y"], '{"command":"stop"}') == 2

@@ -34,6 +34,7 @@ class MaintenanceScripts(ScriptHost):
     _claim_abandoned: LuaScript
     _take_control: LuaScript
     _wake_worker: LuaScript
+    _trim_full: LuaScript
     _copy_paused: LuaScript
     _sample_latency: LuaScript
 
@@ -104,6 +105,13 @@ class MaintenanceScripts(ScriptHost):
     @translate_errors
     def take_control(self, workers: Sequence[str]) -> list:
         return self._run(self._take_control, keys=[self.keys.control()], args=list(workers))
+
+    @translate_errors
+    def trim_full(self, queue_name: str, count: int) -> int:
+        """Drop up to `count` of the queue's oldest successful tasks, each leaving a tombstone; return how many."""
+        k = self.keys
+        keys = [k.segment(queue_name, Segment.SUCCESSFUL), k.trimmed(), k.task_prefix(), k.result_prefix()]
+        return self._run(self._trim_full, keys=keys, args=[count])
 
     @translate_errors
     def copy_paused(self, paused: Mapping[bytes, bytes], limits: Mapping[bytes, bytes]) -> int:

@@ -105,6 +105,7 @@ class RedisScripts(ToolingScripts, MaintenanceScripts):
         self._take_control = register(script_source("take_control"))
         self._send_control = register(script_source("send_control"))
         self._wake_worker = register(script_source("wake_worker"))
+        self._trim_full = register(script_source("trim_full"))
         self._copy_paused = register(script_source("copy_paused"))
         self._pause_schedule = register(script_source("pause_schedule"))
         self._sample_latency = register(script_source("sample_latency"))
