@@ -230,11 +230,12 @@ def _counter():
         jitter=0,
     ),
 )
-def count_run(context, sleep_ms=0, first_attempt_sleep_ms=None):
+def count_run(context, sleep_ms=0, first_attempt_sleep_ms=None, padding=""):
     """Count each start and each finish of this task on the counter server, sleeping between.
 
     The first start sleeps `first_attempt_sleep_ms` instead when given, so a test can make
-    one run outlive its lease or its shutdown and the next run be quick.
+    one run outlive its lease or its shutdown and the next run be quick. `padding` only makes
+    the stored task (and its result) larger.
     """
     import threading
 

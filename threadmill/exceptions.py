@@ -1,5 +1,7 @@
 """Threadmill's exception hierarchy, rooted at `ThreadmillError`."""
 
+from django.tasks.exceptions import TaskResultDoesNotExist
+
 
 class ThreadmillError(Exception):
     """Raised as the base of every error Threadmill defines; never raised directly."""
@@ -90,6 +92,15 @@ class LeaseLost(ThreadmillError):
 
 class UnreadableTaskError(ThreadmillError):
     """Raised when a caller asks for a task result whose stored payload this code cannot read."""
+
+
+class ResultTrimmed(ThreadmillError, TaskResultDoesNotExist):
+    """Raised when a task finished SUCCESSFUL but its result was dropped to free a full server.
+
+    While the server's used memory is over its `maxmemory`, the broker drops the oldest successful
+    results (never a failed one) and keeps a tombstone for `result_ttl`; a `TaskResultDoesNotExist`,
+    so code that handles an expired result handles this one too.
+    """
 
 
 class EmbeddedServerError(ThreadmillError):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from django.tasks import TaskResultStatus
 
 from tests.backends.conftest import enqueue, same_server
@@ -12,6 +14,7 @@ from tests.tasks import echo, explode, flaky
 from threadmill.backends import broker as broker_package
 from threadmill.backends.broker import DUTIES, BrokerPass, Duty, RedisBroker
 from threadmill.backends.broker import trimmer as broker_module
+from threadmill.backends.broker.full_trimmer import FULL_CHECK_INTERVAL_S, FullTrimmer
 from threadmill.backends.broker.mover import Mover
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment
@@ -181,3 +184,19 @@ def test_a_due_only_pass_leaves_out_a_duty_whose_interval_has_not_passed(backend
     assert (raw.get(f"{TALLY}:tally"), raw.get(f"{TALLY}:hourly")) == (b"3", b"1")
     broker.run_once()  # a full pass runs every duty
     assert raw.get(f"{TALLY}:hourly") == b"2"
+
+
+@pytest.mark.single_partition
+def test_the_full_trimmer_reads_the_memory_every_pass_until_it_finds_the_server_far_from_full(backend, raw):
+    # The session's server has no maxmemory: after its first read the duty waits FULL_CHECK_INTERVAL_S
+    # (an idle worker's cost: one INFO and one ZREMRANGEBYSCORE each time), and drops old tombstones.
+    broker = RedisBroker(backend, ["default"])
+    trimmer = next(duty for duty in broker.duties if isinstance(duty, FullTrimmer))
+    assert trimmer.interval() == backend.config.broker_interval
+    raw.zadd("threadmill:{default}:trimmed", {"old": 1.0, "fresh": time.time()})
+    broker.run_once()
+    if backend.cluster:  # one INFO would not say which node is full: the duty does nothing there
+        assert raw.zcard("threadmill:{default}:trimmed") == 2
+        return
+    assert trimmer.interval() == FULL_CHECK_INTERVAL_S
+    assert raw.zrange("threadmill:{default}:trimmed", 0, -1) == [b"fresh"]

@@ -330,3 +330,49 @@ def test_scan_walks_a_segment_by_cursor_through_ties_and_removals(scripts, raw, 
         if len(seen) == 3:
             raw.zrem(Q + "failed", order[5])
     assert seen == [task_id for task_id in order if task_id != order[5]]
+
+
+def test_trim_full_drops_the_oldest_successful_tasks_and_leaves_a_tombstone_each(scripts, raw, backend):
+    old, kept, unique = (enqueue(backend, echo, i).id for i in range(3))
+    for task_id, score in ((old, 1.0), (unique, 2.0), (kept, 3.0)):
+        raw.hset(T + task_id, "segment", "successful")
+        raw.zadd(Q + "successful", {task_id: score})
+    raw.hset(T + unique, "unique", "digest")
+    raw.set(f"threadmill:{{default}}:result:{old}", "r")
+    assert scripts.trim_full("default", 2) == 1
+    assert raw.keys(f"*{old}*") == []
+    assert raw.zrange(Q + "successful", 0, -1) == [unique.encode(), kept.encode()]
+    assert raw.zrange("threadmill:{default}:trimmed", 0, -1, withscores=True) == [(old.encode(), 1.0)]
+    assert raw.exists(T + unique) and raw.exists(T + kept)
+
+
+def test_send_control_leaves_the_same_document_for_each_worker_as_a_plain_hset_did(scripts, raw):
+    # An older release's supervisor takes these with take_control: key and document unchanged.
+    assert scripts.send_control(["a:1:x", "b:2:y"], '{"command":"stop"}') == 2
+    assert scripts.send_control(["a:1:x"], '{"command":"quiet"}') == 0
+    assert raw.hgetall("threadmill:{default}:control") == {
+        b"a:1:x": b'{"command":"quiet"}',
+        b"b:2:y": b'{"command":"stop"}',
+    }
+    assert scripts.take_control(["a:1:x"]) == [b"a:1:x", b'{"command":"quiet"}']
+
+
+def test_wake_worker_pushes_one_expiring_token_on_the_workers_own_list(scripts, raw):
+    assert scripts.wake_worker("a:1:x", 60) == 1
+    key = "threadmill:{default}:worker:a:1:x:wake"
+    assert raw.lrange(key, 0, -1) == [b"1"]
+    assert 0 < raw.ttl(key) <= 60
+
+
+def test_pause_schedule_keeps_the_first_pause(scripts, raw):
+    assert scripts.pause_schedule("nightly:paused", '{"by":"a"}') == 1
+    assert scripts.pause_schedule("nightly:paused", '{"by":"b"}') == 0
+    assert raw.hget("threadmill:{default}:schedules", "nightly:paused") == b'{"by":"a"}'
+
+
+def test_copy_paused_sets_only_the_fields_the_partition_lacks(scripts, raw):
+    raw.hset("threadmill:{default}:paused", "emails", "mine")
+    paused = {b"emails": b"theirs", b"reports": b"theirs"}
+    assert scripts.copy_paused(paused, {b"default": b"3||"}) == 2
+    assert raw.hgetall("threadmill:{default}:paused") == {b"emails": b"mine", b"reports": b"theirs"}
+    assert raw.hgetall("threadmill:{default}:limits") == {b"default": b"3||"}

@@ -322,6 +322,21 @@ def start_pool(counter_server) -> Iterator[Callable[..., Pool]]:
         pool.close()
 
 
+@pytest.fixture
+def start_namespaced_pool(counter_server) -> Iterator[Callable[..., NamespacedPool]]:
+    """Start pools each in a PID namespace of its own (`start_namespaced_pool(server, *args, **env)`)."""
+    require_pid_namespaces()
+    pools: list[NamespacedPool] = []
+
+    def start(server, *args: str, **env: str) -> NamespacedPool:
+        pools.append(NamespacedPool(*args, env=fault_env(server, counter_server.url, **env)))
+        return pools[-1]
+
+    yield start
+    for pool in pools:
+        pool.close()
+
+
 # -- the tally ----------------------------------------------------------------------------
 
 

@@ -10,21 +10,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
 from django.tasks import TaskResultStatus
 
-from tests.faults.conftest import (
-    FAULT_TIMEOUTS,
-    SLACK_S,
-    NamespacedPool,
-    Tally,
-    fault_env,
-    require_pid_namespaces,
-    wait_for,
-    wait_for_drain,
-)
+from tests.faults.conftest import FAULT_TIMEOUTS, SLACK_S, Tally, wait_for, wait_for_drain
 from threadmill.identity import WorkerName
 
 pytestmark = pytest.mark.slow
@@ -34,20 +24,6 @@ SOCKET_TIMEOUT_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_SOCKET_TIMEOUT"])
 BROKER_INTERVAL_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_BROKER_INTERVAL"])
 #: The errors recovery records for an attempt its lost worker was running.
 LOST = "threadmill.exceptions.WorkerLost"
-
-
-@pytest.fixture
-def start_namespaced_pool(counter_server) -> Iterator[Callable[..., NamespacedPool]]:
-    require_pid_namespaces()
-    pools: list[NamespacedPool] = []
-
-    def start(server, *args: str) -> NamespacedPool:
-        pools.append(NamespacedPool(*args, env=fault_env(server, counter_server.url)))
-        return pools[-1]
-
-    yield start
-    for pool in pools:
-        pool.close()
 
 
 def _leases(tally: Tally) -> dict[str, tuple[str, str]]:

@@ -8,11 +8,13 @@ acknowledged. Counted on the counter server.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +23,12 @@ import psutil
 import pytest
 from django.tasks import TaskResultStatus
 
-from tests.faults.conftest import Pool, Tally, fault_env, wait_for, wait_for_drain
-from tests.worker.conftest import ROOT
+from tests.faults.conftest import QUEUES, Pool, Tally, fault_env, wait_for, wait_for_drain
+from tests.servers import start_full_server
+from tests.tasks import echo
+from tests.worker.conftest import ROOT, worker_env
+from threadmill.backends.redis import RedisTaskBackend
+from threadmill.exceptions import ServerOutOfMemory
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +39,8 @@ PREVIOUS_RELEASE = "a7f2b45"
 LAST_LANDED_RELEASE = "5835d2b"
 #: The release landed before per-task limits (a task hash field, three keys, two enqueue arguments).
 BEFORE_TASK_LIMITS = "f7b4fe4"
+#: The release landed before operator commands were sent by a script a full server takes (#29).
+BEFORE_SCRIPTED_COMMANDS = "1981cd9"
 
 
 def _release_tree(commit: str) -> Iterator[Path]:
@@ -68,6 +76,12 @@ def last_landed_release() -> Iterator[Path]:
 def release_before_task_limits() -> Iterator[Path]:
     """A worktree of the release before per-task limits."""
     yield from _release_tree(BEFORE_TASK_LIMITS)
+
+
+@pytest.fixture(scope="module")
+def release_before_scripted_commands() -> Iterator[Path]:
+    """A worktree of the release whose `threadmill stop` was a plain HSET."""
+    yield from _release_tree(BEFORE_SCRIPTED_COMMANDS)
 
 
 def _has_commit(commit: str) -> bool:
@@ -175,3 +189,43 @@ def test_the_release_before_per_task_limits_runs_limited_tasks_beside_this_one_a
     running = keys.task_limit_prefix() + "tests.tasks.count_run:running"
     assert client.hget(keys.task(ids[0]), "limit_path") == b"tests.tasks.count_run"
     assert [m for m in client.smembers(running) if client.hget(keys.task(m.decode()), "segment") == b"running"] == []
+
+
+def test_a_pool_of_the_release_before_scripted_commands_stops_on_this_release_s_stop_while_the_server_is_full(
+    release_before_scripted_commands, counter_server
+):
+    # This release leaves a stop by script (a full server takes it) in the same hash and format:
+    # the previous release's supervisors must still take it.
+    server = start_full_server("valkey", "4mb")
+    backend = RedisTaskBackend("default", {"REDIS_URL": server.url, "QUEUES": QUEUES})
+    pool = PreviousReleasePool(
+        release_before_scripted_commands, "-w", "2", "-t", "2", env=fault_env(server, counter_server.url)
+    )
+    try:
+        wait_for(
+            lambda: pool.alive() and len(backend.live_workers()) == 2, lambda: "the old pool's two processes beat", 30
+        )
+        for queue_name in QUEUES:
+            backend.pause(queue_name, by="test")
+        stored = 0
+        with contextlib.suppress(ServerOutOfMemory):
+            while stored < 100_000:
+                backend.enqueue(echo, ["x" * 800], {})
+                stored += 1
+        assert stored > 100
+        # Under half the memory it holds, the server stays full whatever expires meanwhile.
+        backend.client.config_set("maxmemory", backend.client.info("memory")["used_memory"] // 2)
+        with pytest.raises(ServerOutOfMemory):
+            backend.enqueue(echo, [], {})
+        stop = subprocess.run(
+            [sys.executable, "manage.py", "threadmill", "stop", "--all"],
+            cwd=ROOT, env=worker_env(THREADMILL_TEST_REDIS_URL=server.url), capture_output=True, text=True,
+            timeout=30, check=False,
+        )  # fmt: skip
+        assert stop.returncode == 0, stop.stderr
+        assert pool.process.wait(30) == 0, pool.output[-4000:]
+        assert pool.respawns() == [], pool.output[-4000:]
+    finally:
+        pool.close()
+        server.stop()
+        shutil.rmtree(server.data_dir, ignore_errors=True)

@@ -143,6 +143,12 @@ class AsyncClients:
             task_fields, stored_result = await pipe.execute()
         return task_fields, stored_result
 
+    async def zscore(self, key: str, member: str) -> float | None:
+        """Return a sorted set member's score, None when it is not there."""
+        on_loop = await self.on_loop()
+        with translated_errors():
+            return await on_loop.client.zscore(key, member)
+
 
 async def _run_on(connection: AbstractConnection, script: LuaScript, command: tuple) -> Any:
     """Send `command` (an EVALSHA of `script`) on `connection` and return its reply; on NOSCRIPT load it first.

@@ -141,6 +141,10 @@ class KeySchema:
         `:enqueued_at`, `:paused`."""
         return f"{self.prefix}:schedules"
 
+    def trimmed(self) -> str:
+        """Sorted set of the successful tasks a full server's trimmer dropped: task id -> finish time."""
+        return f"{self.prefix}:trimmed"
+
     def control(self) -> str:
         """Hash of operators' pending commands: worker name -> JSON {"command", "by", "at"}."""
         return f"{self.prefix}:control"

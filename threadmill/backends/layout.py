@@ -35,7 +35,8 @@ CURRENT_LAYOUT = PARTITIONED_LAYOUT
 READABLE_LAYOUTS = frozenset({1, UNPARTITIONED_LAYOUT, PARTITIONED_LAYOUT})
 
 # Raise the alias's highest partition count to ARGV[1] (never lower it); return the result.
-_RAISE_PARTITIONS_SEEN = """
+# allow-oom: a worker start with more partitions raises it, and a full server must still take it.
+_RAISE_PARTITIONS_SEEN = """#!lua flags=allow-oom
 local seen = tonumber(redis.call('GET', KEYS[1]) or '1') or 1
 local wanted = tonumber(ARGV[1])
 if wanted > seen then

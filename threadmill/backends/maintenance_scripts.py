@@ -26,13 +26,16 @@ def encode_heartbeats(ages: Mapping[str, float] | None, settle_s: float | None =
 
 
 class MaintenanceScripts(ScriptHost):
-    """The mover's, reaper's, recovery's, trimmer's, control's and latency sampler's scripts: one wrapper a script."""
+    """The mover's, reaper's, recovery's, trimmer's, control's, stop wake's and latency sampler's scripts: one wrapper a script."""
 
     _promote: LuaScript
     _claim_expired: LuaScript
     _trim_finished: LuaScript
     _claim_abandoned: LuaScript
     _take_control: LuaScript
+    _wake_worker: LuaScript
+    _trim_full: LuaScript
+    _copy_paused: LuaScript
     _sample_latency: LuaScript
 
     @translate_errors
@@ -102,6 +105,26 @@ class MaintenanceScripts(ScriptHost):
     @translate_errors
     def take_control(self, workers: Sequence[str]) -> list:
         return self._run(self._take_control, keys=[self.keys.control()], args=list(workers))
+
+    @translate_errors
+    def trim_full(self, queue_name: str, count: int) -> int:
+        """Drop up to `count` of the queue's oldest successful tasks, each leaving a tombstone; return how many."""
+        k = self.keys
+        keys = [k.segment(queue_name, Segment.SUCCESSFUL), k.trimmed(), k.task_prefix(), k.result_prefix()]
+        return self._run(self._trim_full, keys=keys, args=[count])
+
+    @translate_errors
+    def copy_paused(self, paused: Mapping[bytes, bytes], limits: Mapping[bytes, bytes]) -> int:
+        """Copy partition 0's paused queues and runtime limits into this partition, keeping its own; return how many."""
+        args: list[bytes | int] = [len(paused)]
+        for field, value in (*paused.items(), *limits.items()):
+            args += [field, value]
+        return self._run(self._copy_paused, keys=[self.keys.paused(), self.keys.limits()], args=args)
+
+    @translate_errors
+    def wake_worker(self, worker: str, token_ttl_s: int) -> int:
+        """Push one wake token onto `worker`'s own wake list (taken on a full server too); return its length."""
+        return self._run(self._wake_worker, keys=[self.keys.worker_wake(worker)], args=[token_ttl_s])
 
     @translate_errors
     def sample_latency(self, queue_name: str) -> int:

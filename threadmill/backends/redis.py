@@ -30,7 +30,7 @@ from ..base import (
     ThreadmillTask,
     ThreadmillTaskResult,
 )
-from ..exceptions import BackendConnectionError, ServerUnreachable, TaskTimeout, UnreadableTaskError
+from ..exceptions import BackendConnectionError, ResultTrimmed, ServerUnreachable, TaskTimeout, UnreadableTaskError
 from ..identity import this_process_name
 from ..limits import LimitError, QueueLimit, check_partitions, encode, parse_rate
 from ..outcome import ended_by
@@ -201,13 +201,28 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBack
         pipe.hmget(keys.task(result_id), TASK_FIELDS)
         pipe.get(keys.result(result_id))
         fields, old_layout_result = pipe.execute()
+        if fields[0] is None:  # only a miss pays the tombstone's read
+            raise self.missing(result_id, self.client.zscore(keys.trimmed(), result_id))
         return self.stored_result(result_id, fields, old_layout_result)
 
     async def aget_result(self, result_id: str) -> ThreadmillTaskResult:
         """`get_result` on the running event loop's own connection, without a thread."""
         keys = self.task_keys(result_id)
         fields, old_layout_result = await self.aio.read_task(keys.task(result_id), keys.result(result_id), TASK_FIELDS)
+        if fields[0] is None:
+            raise self.missing(result_id, await self.aio.zscore(keys.trimmed(), result_id))
         return self.stored_result(result_id, fields, old_layout_result)
+
+    @staticmethod
+    def missing(result_id: str, trimmed_at: float | None) -> TaskResultDoesNotExist:
+        """Return the error for a task whose hash is gone: ResultTrimmed when a full server's trimmer dropped it."""
+        if trimmed_at is None:
+            return TaskResultDoesNotExist(f"No task with id {result_id!r} is stored.")
+        finished = datetime.fromtimestamp(trimmed_at, UTC).isoformat()
+        return ResultTrimmed(
+            f"Task {result_id} finished SUCCESSFUL at {finished}, but its result was trimmed: the server was over "
+            "its maxmemory, so the oldest successful results were dropped to keep it draining."
+        )
 
     def stored_result(self, result_id: str, fields: list, old_layout_result: bytes | None) -> ThreadmillTaskResult:
         """Return the task a read of its hash (`TASK_FIELDS`) and its layout-1 result key found; TaskResultDoesNotExist when none."""

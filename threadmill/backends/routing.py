@@ -192,12 +192,9 @@ class PartitionRouting:
         """Copy partition 0's paused queues and runtime limits into `partitions`, keeping what they have."""
         paused = self.client.hgetall(self.keys.paused())
         limits = self.client.hgetall(self.keys.limits())
-        for partition in partitions:
-            keys = self.keys_for(partition)
-            for name, document in paused.items():
-                self.client.hsetnx(keys.paused(), name, document)
-            for name, value in limits.items():
-                self.client.hsetnx(keys.limits(), name, value)
+        if paused or limits:
+            for partition in partitions:
+                self.scripts_for(partition).copy_paused(paused, limits)
 
     def next_enqueue_partition(self) -> int | None:
         """Return the partition the next enqueue call writes to, in turn; None with one partition (UUIDv7 ids)."""

@@ -18,7 +18,7 @@ from .script_source import LuaScript, ScriptHost
 
 
 class ToolingScripts(ScriptHost):
-    """Peek, purge, delete, bulk requeue, lease reads, cancel, pause, resume and limits: one wrapper a script."""
+    """Peek, purge, delete, bulk requeue, lease reads, cancel, pause, resume, limits, worker commands and schedule pauses: one wrapper a script."""
 
     _purge: LuaScript
     _delete: LuaScript
@@ -33,6 +33,8 @@ class ToolingScripts(ScriptHost):
     _resume: LuaScript
     _limit: LuaScript
     _limit_state: LuaScript
+    _send_control: LuaScript
+    _pause_schedule: LuaScript
 
     @translate_errors
     def purge(self, queue_name: str, segment: Segment, batch_size: int) -> int:
@@ -190,6 +192,16 @@ class ToolingScripts(ScriptHost):
         return self._run(
             self._resume, keys=[k.paused(), k.segment(queue_name, Segment.READY), k.wake(queue_name)], args=[queue_name]
         )
+
+    @translate_errors
+    def send_control(self, workers: Sequence[str], document: str) -> int:
+        """Leave the command `document` for each of `workers` (taken on a full server too); return how many were new."""
+        return self._run(self._send_control, keys=[self.keys.control()], args=[document, *workers])
+
+    @translate_errors
+    def pause_schedule(self, field: str, document: str) -> int:
+        """Store a schedule's pause `document` unless one is stored (taken on a full server too); 1 when stored."""
+        return self._run(self._pause_schedule, keys=[self.keys.schedules()], args=[field, document])
 
     @translate_errors
     def limit(self, queue_name: str, given: str | None, by: str) -> bytes | None:

@@ -272,11 +272,7 @@ class WorkerVerbs(ToolingHost):
     @translate_errors
     def wake_worker(self, worker: str) -> None:
         """Wake `worker` if it waits for tasks (so it notices a stop at once)."""
-        key = self.keys.worker_wake(worker)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.lpush(key, "1")
-        pipe.expire(key, WORKER_WAKE_TTL_S)
-        pipe.execute()
+        self.scripts.wake_worker(worker, WORKER_WAKE_TTL_S)
 
     def heartbeat(self, worker: str, document: dict[str, Any] | None, *, publish: bool = True) -> float:
         """Record that `worker` is alive with its `document` (also published as telemetry); return the server time.

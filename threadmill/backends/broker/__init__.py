@@ -8,7 +8,8 @@ own `interval()`; `DUTIES` lists them in the order a pass runs them:
 - `latency`: samples each queue's oldest ready task's age;
 - `reaper`: fails or retries tasks whose lease expired;
 - `recovery`: takes back the leases of lost worker processes;
-- `trimmer`: drops finished ids whose task data expired.
+- `trimmer`: drops finished ids whose task data expired;
+- `full-trimmer`: drops the oldest successful tasks (leaving tombstones) while the server is over its maxmemory.
 
 Adding a duty (the workflow sweep will be the first) is one module with a `Duty` subclass
 plus its entry in `DUTIES`; the broker walks the registry, it names no duty in its pass. A
@@ -23,6 +24,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
+from .full_trimmer import FullTrimmer
 from .latency import Latency
 from .mover import Mover
 from .passes import BrokerPass, Duty, PassFailures
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["DUTIES", "BrokerPass", "Duty", "PassFailures", "RedisBroker"]
 
 #: The broker's duties, in the order each pass runs them.
-DUTIES: tuple[type[Duty], ...] = (Mover, Scheduler, Latency, Reaper, Recovery, Trimmer)
+DUTIES: tuple[type[Duty], ...] = (Mover, Scheduler, Latency, Reaper, Recovery, Trimmer, FullTrimmer)
 
 D = TypeVar("D", bound=Duty)
 

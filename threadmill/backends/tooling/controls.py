@@ -154,7 +154,7 @@ class ControlTooling(ToolingHost):
             raise ValueError(f"Unknown worker command {command!r}; expected one of {', '.join(WORKER_COMMANDS)}.")
         if workers:
             document = json.dumps({"command": command, "by": by, "at": time.time()})
-            self.client.hset(self.keys.control(), mapping=dict.fromkeys(workers, document))
+            self.scripts.send_control(workers, document)
 
     @translate_errors
     def pending_control(self) -> dict[str, dict[str, Any]]:

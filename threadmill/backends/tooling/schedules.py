@@ -43,7 +43,7 @@ class ScheduleTooling(ToolingHost):
     def pause_schedule(self, name: str, *, by: str = "") -> bool:
         """Stop enqueueing a schedule's runs (stored in Redis, not settings); False when it was paused already."""
         document = json.dumps({"by": by, "since": time.time()})
-        return bool(self.client.hsetnx(self.keys.schedules(), f"{name}:paused", document))
+        return bool(self.scripts.pause_schedule(f"{name}:paused", document))
 
     @translate_errors
     def resume_schedule(self, name: str) -> bool:
