@@ -34,6 +34,7 @@ from tests.sentinel import DataACL, SentinelSet
 from tests.worker.conftest import DEADLINE_S, ROOT, worker_env
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment
+from threadmill.exceptions import BackendConnectionError
 
 pytestmark = pytest.mark.slow
 
@@ -192,6 +193,9 @@ def test_a_primary_killed_mid_drain_under_the_least_privilege_user_fails_over_wi
     doomed_set.kill_primary()
     assert len(tally.finished()) < FAILOVER_TASKS, "the drain ended before the kill: nothing was tested"
     wait_for(lambda: doomed_set.primary_port() == replica_port, lambda: "the sentinels promote the replica", 20)
+    # One sentinel may name the new primary while another still answers "no master": the test's
+    # own reads (the tally's) wait until the set agrees, as the pool's retries do.
+    wait_for(lambda: _answers(backend), lambda: "the test's client finds the promoted primary", 20)
     wait_for_drain(pool, tally, RECOVERY_TIMEOUT_S, "the drain finishes on the promoted replica")
     assert tally.never_ran() == [], tally.summary()
     assert pool.respawns() == []
@@ -200,3 +204,11 @@ def test_a_primary_killed_mid_drain_under_the_least_privilege_user_fails_over_wi
     # The pool lost the primary and found the promoted replica without a restart, which is what the kill tested.
     assert "The server answers again after" in pool.output, pool.output[-3000:]
     without_passwords(pool.output)
+
+
+def _answers(backend: RedisTaskBackend) -> bool:
+    try:
+        backend.ping()
+    except BackendConnectionError:
+        return False
+    return True
