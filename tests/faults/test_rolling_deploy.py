@@ -115,12 +115,14 @@ def _drain_killing_each_once(tally: Tally, old: Pool, new: Pool) -> tuple[set[st
     try:
         wait_for(lambda: old.alive() and new.alive() and tally.successful() >= 60,
                  lambda: f"both pools drain ({tally.summary()})", 30)  # fmt: skip
-        may_run_twice = set(tally.finished())
+        # Each snapshot comes after its kill: a task the victim finished between a snapshot and
+        # the signal, its acknowledgement unsent, may run again too.
         _kill_worker_process(old)
+        may_run_twice = set(tally.finished())
         wait_for(lambda: old.alive() and tally.successful() >= 150,
                  lambda: f"the drain goes on after the old worker's kill ({tally.summary()})", 30)  # fmt: skip
-        may_run_twice |= set(tally.finished())
         _kill_worker_process(new)
+        may_run_twice |= set(tally.finished())
         wait_for_drain(new, tally, 60)
         old.alive()
         return may_run_twice, old.output
