@@ -24,8 +24,8 @@ from .keys import THROUGHPUT_COUNTER_TTL_S, KeySchema
 from .maintenance_scripts import MaintenanceScripts
 from .script_source import LuaScript, script_source
 from .tooling_scripts import ToolingScripts
-from .workflows import WorkflowScripts
 from .transport import ServerTransport
+from .workflows import WorkflowScripts
 
 if TYPE_CHECKING:
     from ..unique import UniqueSpec
