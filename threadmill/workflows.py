@@ -151,13 +151,17 @@ class WorkflowResult:
 
     def refresh(self) -> None:
         """Read this workflow again from its backend."""
-        self._take(task_backends[self.backend].get_workflow(self.id))
+        self._take(self._read())
 
     async def arefresh(self) -> None:
         """`refresh` from async code (in a thread)."""
         from asgiref.sync import sync_to_async
 
-        self._take(await sync_to_async(task_backends[self.backend].get_workflow)(self.id))
+        self._take(await sync_to_async(self._read)())
+
+    def _read(self) -> WorkflowResult:
+        backend: Any = task_backends[self.backend]
+        return backend.get_workflow(self.id)
 
     def _take(self, other: WorkflowResult) -> None:
         self.name, self.status, self.counts, self.tasks = other.name, other.status, other.counts, other.tasks

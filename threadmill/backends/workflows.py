@@ -72,9 +72,11 @@ class WorkflowBackend:
     client: Any
     scripts: Any
     keys: Any
-    partition_count: int
 
     if TYPE_CHECKING:
+
+        @property
+        def partition_count(self) -> int: ...
 
         def validate_task(self, task: Any) -> None: ...
 
