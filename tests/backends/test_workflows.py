@@ -1,0 +1,81 @@
+"""The workflow scripts through their wrappers: the enqueue's retry and the release's fence, key by key."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from django.tasks import TaskResultStatus, task_backends
+
+from tests import tasks
+from threadmill.base import Segment
+from threadmill.workflows import Workflow
+
+PREFIX = "threadmill:{default}"
+
+
+@pytest.fixture
+def backend():
+    return task_backends["default"]
+
+
+def _chain(backend):
+    wf = Workflow()
+    parent = wf.add(tasks.echo, ("parent",))
+    child = wf.add(tasks.echo, ("child",), after=[parent])
+    return wf.enqueue(), parent, child
+
+
+def _succeeded(result):
+    return dataclasses.replace(result, status=TaskResultStatus.SUCCESSFUL)
+
+
+def test_an_enqueue_retried_after_a_lost_reply_writes_nothing_more(backend):
+    run, _parent, _child = _chain(backend)
+    before = {key: backend.client.dump(key) for key in backend.client.keys(f"{PREFIX}*")}
+    graph = backend.client.hget(f"{PREFIX}:workflow:{run.id}", "graph").decode()
+    assert backend.scripts.enqueue_workflow(run.id, "", graph, []) == 0
+    assert {key: backend.client.dump(key) for key in backend.client.keys(f"{PREFIX}*")} == before
+
+
+def test_a_child_waits_with_its_parent_pending_and_the_parent_knows_it(backend):
+    _run, parent, child = _chain(backend)
+    client = backend.client
+    assert client.zrange(f"{PREFIX}:default:waiting", 0, -1) == [child.id.encode()]
+    assert client.smembers(f"{PREFIX}:pending:{child.id}") == {parent.id.encode()}
+    assert client.smembers(f"{PREFIX}:children:{parent.id}") == {child.id.encode()}
+    assert backend.get_result(child.id).status == TaskResultStatus.READY
+    assert backend.queue_stats()["default"][Segment.WAITING] == 1
+
+
+def test_a_refused_acknowledgement_leaves_the_child_waiting(backend):
+    run, parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    stale = dataclasses.replace(_succeeded(leased), lease_token="not-the-lease")
+    assert backend.acknowledge(stale) is False
+    assert backend.get_result(child.id).segment is Segment.WAITING
+    assert backend.client.smembers(f"{PREFIX}:pending:{child.id}") == {parent.id.encode()}
+    assert backend.get_workflow(run.id).counts["SUCCESSFUL"] == 0
+
+
+def test_the_accepted_acknowledgement_releases_the_child_once_and_wakes_its_queue(backend):
+    run, parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    backend.client.delete(f"{PREFIX}:default:wake")
+    assert backend.acknowledge(_succeeded(leased)) is True
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert backend.client.lrange(f"{PREFIX}:default:wake", 0, -1) == [b"1"]
+    assert not backend.client.exists(f"{PREFIX}:pending:{child.id}", f"{PREFIX}:children:{parent.id}")
+    # The same acknowledgement again (a reply lost, sent twice): the fence refuses it, nothing counts twice.
+    assert backend.acknowledge(_succeeded(leased)) is False
+    assert backend.get_workflow(run.id).counts == {
+        "WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 1, "FAILED": 0,
+    }  # fmt: skip
+
+
+def test_a_requeued_parent_does_not_release_its_child(backend):
+    _run, parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.requeue(leased) is True
+    assert backend.get_result(child.id).segment is Segment.WAITING
+    assert backend.client.smembers(f"{PREFIX}:pending:{child.id}") == {parent.id.encode()}
