@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import time
 
 import pytest
 from django.tasks import TaskResultStatus, task_backends
 
 from tests import tasks
+from tests.worker.conftest import start_worker, wait_until  # noqa: F401 - start_worker is a fixture
+from threadmill.backends.broker.sweeper import SWEEP_INTERVAL_S, Sweeper
+from threadmill.backends.script_source import LuaScript, expand_includes
 from threadmill.base import Segment
 from threadmill.workflows import Workflow
 
@@ -79,3 +84,55 @@ def test_a_requeued_parent_does_not_release_its_child(backend):
     assert backend.requeue(leased) is True
     assert backend.get_result(child.id).segment is Segment.WAITING
     assert backend.client.smembers(f"{PREFIX}:pending:{child.id}") == {parent.id.encode()}
+
+
+#: The commit this branch started from: its acknowledge.lua is the previous release's, which never settles.
+PREVIOUS_ACKNOWLEDGE = "6657d0f"
+
+
+@pytest.fixture
+def previous_acknowledge(backend, monkeypatch):
+    """Make this process acknowledge with the previous release's acknowledge.lua (no release of children)."""
+    source = subprocess.run(
+        ["git", "show", f"{PREVIOUS_ACKNOWLEDGE}:threadmill/backends/lua/acknowledge.lua"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    monkeypatch.setattr(backend.scripts, "_acknowledge", LuaScript(expand_includes(source)))
+
+
+def test_the_sweep_releases_a_child_whose_parent_an_older_release_acknowledged(backend, previous_acknowledge):
+    run, _parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(_succeeded(leased)) is True
+    assert backend.get_result(child.id).segment is Segment.WAITING
+    assert Sweeper(backend).sweep("default", 0) == 1
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert Sweeper(backend).sweep("default", 0) == 0
+    assert backend.get_workflow(run.id).counts["SUCCESSFUL"] == 1
+
+
+def test_the_sweep_fails_the_children_of_a_parent_an_older_release_failed(backend, previous_acknowledge):
+    run, _parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(dataclasses.replace(leased, status=TaskResultStatus.FAILED)) is True
+    assert Sweeper(backend).sweep("default", 0) == 1
+    result = backend.get_result(child.id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class_path == "threadmill.exceptions.UpstreamFailed"
+    assert backend.get_workflow(run.id).counts == {
+        "WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 2,
+    }  # fmt: skip
+
+
+def test_a_pool_starts_a_child_within_seconds_of_its_parent_acknowledged_by_an_older_release(
+    backend, previous_acknowledge, start_worker
+):
+    _run, _parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(_succeeded(leased)) is True
+    started = time.monotonic()
+    start_worker("-w", "1", "-t", "1", "-q", "default")
+    wait_until(lambda: backend.get_result(child.id).status == TaskResultStatus.SUCCESSFUL, "the child ran")
+    assert time.monotonic() - started < 3 * SWEEP_INTERVAL_S

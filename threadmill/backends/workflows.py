@@ -34,6 +34,7 @@ UPSTREAM_FAILED = "threadmill.exceptions.UpstreamFailed"
 #: Most task hashes one pipeline of `get_workflow` reads.
 READ_BATCH = 1000
 _enqueue_workflow = LuaScript(script_source("enqueue_workflow"))
+_sweep_waiting = LuaScript(script_source("sweep_waiting"))
 
 
 class WorkflowScripts(ScriptHost):
@@ -63,6 +64,15 @@ class WorkflowScripts(ScriptHost):
             parent_text = ",".join(str(p) for p in parents)
             args += [task_id, payload, index[queue], segment.value, ready_score, score, node, f"{parent_text}|{policy}"]
         return self._run(_enqueue_workflow, keys, args)
+
+    @translate_errors
+    def sweep_waiting(self, queue_name: str, first: int, count: int, result_ttl: float) -> tuple[int, int]:
+        """Settle the final, unsettled parents of `count` waiting tasks from rank `first`; return (settled, looked at)."""
+        k = self.keys
+        settled, looked = self._run(
+            _sweep_waiting, [k.segment(queue_name, Segment.WAITING), k.task_prefix()], [first, count, int(result_ttl)]
+        )
+        return int(settled), int(looked)
 
 
 class WorkflowBackend:
