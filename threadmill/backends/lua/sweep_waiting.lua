@@ -15,6 +15,9 @@
 local prefix = string.sub(KEYS[2], 1, #KEYS[2] - #':task:')
 local first = tonumber(ARGV[1])
 local ids = redis.call('ZRANGE', KEYS[1], first, first + tonumber(ARGV[2]) - 1)
+if #ids == 0 then
+  return {0, 0}  -- the common case, nothing waiting: one command
+end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local settled = 0
