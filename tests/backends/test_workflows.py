@@ -136,3 +136,20 @@ def test_a_pool_starts_a_child_within_seconds_of_its_parent_acknowledged_by_an_o
     start_worker("-w", "1", "-t", "1", "-q", "default")
     wait_until(lambda: backend.get_result(child.id).status == TaskResultStatus.SUCCESSFUL, "the child ran")
     assert time.monotonic() - started < 3 * SWEEP_INTERVAL_S
+
+
+def test_a_cascade_past_one_calls_budget_is_finished_by_the_sweep_and_counted_once(backend):
+    wf = Workflow()
+    root = wf.add(tasks.echo)
+    middle = [wf.add(tasks.echo, after=[root]) for _ in range(1200)]
+    wf.add(tasks.echo, after=middle[:600])
+    run = wf.enqueue()
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(dataclasses.replace(leased, status=TaskResultStatus.FAILED)) is True
+    cut_short = backend.get_workflow(run.id).counts
+    assert cut_short["WAITING"] > 0 and cut_short["FAILED"] < 1202
+    assert Sweeper(backend).sweep("default", 0) > 0
+    assert backend.get_workflow(run.id).counts == {
+        "WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1202,
+    }  # fmt: skip
+    assert backend.client.zcard(f"{PREFIX}:default:waiting") == 0

@@ -13,6 +13,8 @@ from .passes import BrokerPass, Duty
 
 #: Most waiting tasks one sweep call looks at.
 SWEEP_BATCH_SIZE = 500
+#: Most sweep calls one queue gets a sweep (each visits at most the script's budget of children).
+MAX_SWEEP_CALLS = 100
 #: Least time between two sweeps, seconds ("within seconds", issue 32; each costs an idle queue a ZCARD).
 SWEEP_INTERVAL_S = 5.0
 
@@ -34,10 +36,12 @@ class Sweeper(Duty):
         """Sweep one queue's waiting segment in one partition, a batch a call; return how many parents were settled."""
         scripts = self.backend.scripts_for(partition)
         settled, first = 0, 0
-        while True:
+        for _ in range(MAX_SWEEP_CALLS):
             done, looked = scripts.sweep_waiting(queue_name, first, SWEEP_BATCH_SIZE, self.backend.config.result_ttl)
             settled += done
-            if looked < SWEEP_BATCH_SIZE:
-                return settled
-            # A released task left the segment, so this may skip a few: the next sweep looks at them.
-            first += looked
+            if not done:
+                if looked < SWEEP_BATCH_SIZE:
+                    break
+                first += looked
+            # Else released tasks left the segment and a budget may have cut the call short: look again.
+        return settled

@@ -59,6 +59,7 @@ local marks = ARGV[6 + m + 5 * n] or ''
 local uniques = ARGV[7 + m + 5 * n] or ''
 -- include: attempts
 -- include: chunked
+local workflow_budget = WORKFLOW_BUDGET
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id = KEYS[k + 1], ARGV[a + 1]
@@ -86,7 +87,7 @@ for i = 1, n do
     redis.call('HDEL', task, 'lease_worker', 'lease_token', 'lease_started_at')
     redis.call('EXPIRE', task, ttl)
     if workflow then
-      settle_workflow(task, id, workflow, node, ARGV[a + 4] == 'failed', now, ttl)
+      workflow_budget = settle_workflow(task, id, workflow, node, ARGV[a + 4] == 'failed', now, ttl, workflow_budget)
     end
     local running, finished = KEYS[k + 2], KEYS[k + 3]
     leaving[running] = leaving[running] or {}
