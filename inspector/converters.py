@@ -28,7 +28,7 @@ class QueueConverter(StringConverter):
 class SegmentConverter:
     """One of a queue's segments."""
 
-    regex = r"ready|deferred|running|successful|failed|unreadable"
+    regex = "|".join(segment.value for segment in api.Segment)
 
     def to_python(self, value: str) -> api.Segment:
         return api.Segment(value)

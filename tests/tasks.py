@@ -602,3 +602,11 @@ RELEASE = threading.Event()
 def wait_for_release(timeout_s=30.0):
     """Hang until the test sets RELEASE (at most `timeout_s`): a task that drain() must give up on."""
     return RELEASE.wait(timeout_s)
+
+
+@task(retry=ExponentialBackoff(base_delay=0.05, max_retries=3, jitter=0))
+def spell_after_failures(key, failures=1):
+    """Fail the first `failures` runs of `key` (counted in `test:runs`), then record its spell as `spell` does."""
+    if _runs().hincrby("test:runs", key, 1) <= failures:
+        raise RuntimeError(f"run {key} fails")
+    return spell.func(key)

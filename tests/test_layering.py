@@ -95,6 +95,8 @@ GROUND_FLOOR = {
     "threadmill.retry",
     "threadmill.schedules",
     "threadmill.unique",
+    # Building a workflow graph and its checks; it reaches the server only through the backend object.
+    "threadmill.workflows",
 }
 #: Longest a module grows before its top must say why it is longer, lines.
 MODULE_LINES_LIMIT = 500

@@ -29,6 +29,8 @@ class Segment(StrEnum):
     SUCCESSFUL = "successful"
     FAILED = "failed"
     UNREADABLE = "unreadable"
+    #: A workflow task some of whose parents are not final yet (`threadmill.workflows`); READY to Django.
+    WAITING = "waiting"
 
     @classmethod
     def parse(cls, value: Segment | str) -> Segment:
@@ -43,10 +45,10 @@ class Segment(StrEnum):
 #: Segments a unique task's holder counts in unless the task says otherwise.
 DEFAULT_UNIQUE_SEGMENTS = (Segment.READY, Segment.DEFERRED, Segment.RUNNING)
 #: Segments a task can be counted in (an unreadable payload is nobody's holder).
-COUNTABLE_SEGMENTS = frozenset(Segment) - {Segment.UNREADABLE}
+COUNTABLE_SEGMENTS = frozenset(Segment) - {Segment.UNREADABLE, Segment.WAITING}
 
-#: Segments a task can be requeued from.
-REQUEUEABLE_SEGMENTS = frozenset(Segment) - {Segment.READY}
+#: Segments a task can be requeued from (a waiting task leaves only when its parents release it).
+REQUEUEABLE_SEGMENTS = frozenset(Segment) - {Segment.READY, Segment.WAITING}
 
 #: The failures a stored payload raises when this code cannot read it as a task.
 #: UnicodeDecodeError: bytes that are not UTF-8. ValueError: not JSON, an unknown

@@ -109,3 +109,11 @@ class EmbeddedServerError(ThreadmillError):
 
 class DrainTimeout(ThreadmillError):
     """Raised by `threadmill.testing.drain` when tasks still ran, or waited for a limit, at its timeout."""
+
+
+class UpstreamFailed(ThreadmillError):
+    """Raised as the recorded error of a workflow task that never ran because a parent of it failed."""
+
+
+class WorkflowError(ThreadmillError):
+    """Raised when a workflow cannot be enqueued as given (a bad graph, too many tasks); nothing is stored."""

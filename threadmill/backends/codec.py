@@ -26,6 +26,7 @@ from ..retry import policy_from_spec, retry_spec
 
 _STATUS_OF_SEGMENT = {
     Segment.READY: TaskResultStatus.READY,
+    Segment.WAITING: TaskResultStatus.READY,
     Segment.DEFERRED: TaskResultStatus.READY,
     Segment.RUNNING: TaskResultStatus.RUNNING,
     Segment.SUCCESSFUL: TaskResultStatus.SUCCESSFUL,

@@ -42,6 +42,7 @@ TASK_FIELDS = (
     "metadata",
     "attempts",
     "unique",
+    "upstream_failed",
 )
 #: Seconds a per-minute counter outlives its minute: the console charts the last 24 hours.
 #: Each queue keeps at most 4 counters a minute (in, out, failed, latency), about 5,800 keys.
@@ -223,6 +224,23 @@ class KeySchema:
     def layout(self) -> str:
         """String: the layout version of the alias's data (threadmill.backends.layout.CURRENT_LAYOUT)."""
         return f"{self.prefix}:layout"
+
+    def workflow(self, workflow_id: str) -> str:
+        """Hash of a workflow (`threadmill.workflows`): `name`, `created_at`, `graph` (JSON of its nodes), `total`
+        and the counts its scripts keep, `waiting`, `successful`, `failed`."""
+        return f"{self.prefix}:workflow:{workflow_id}"
+
+    def workflows(self) -> str:
+        """Sorted set of workflow ids by their enqueue time, server epoch seconds."""
+        return f"{self.prefix}:workflows"
+
+    def workflow_children(self, task_id: str) -> str:
+        """Set of the ids of a workflow task's children, deleted when the task is final and has released them."""
+        return f"{self.prefix}:children:{task_id}"
+
+    def workflow_pending(self, task_id: str) -> str:
+        """Set of the ids of a waiting task's parents that are not final yet; empty (so gone) once it is released."""
+        return f"{self.prefix}:pending:{task_id}"
 
     def task_prefix(self) -> str:
         """The prefix the Lua scripts append a task id to."""

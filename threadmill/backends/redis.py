@@ -50,6 +50,7 @@ from .scripts import RedisScripts
 from .sentinel import is_sentinel_url
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 from .worker_verbs import WorkerVerbs
+from .workflows import WorkflowBackend, with_upstream_failure
 
 logger = logging.getLogger("threadmill.backend")
 
@@ -69,7 +70,7 @@ def default_worker_name() -> str:
     return this_process_name()
 
 
-class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBackend):
+class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, WorkflowBackend, BaseTaskBackend):
     """Durable task backend on Redis or Valkey; its data model is docs/reference/data-model.md."""
 
     task_class = ThreadmillTask
@@ -237,7 +238,7 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBack
             raise UnreadableTaskError(f"Task {result_id} is unreadable: {codec.text(read_error)}")
         lease_start = codec.moment(lease_started)
         try:
-            return codec.decode(
+            result = codec.decode(
                 stored_result or data,
                 segment,
                 started_at=started_at,
@@ -249,6 +250,8 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, BaseTaskBack
                 attempts=attempts,
                 unique_key=self.task_keys(result_id).unique(unique_key.decode()) if unique_key else "",
             )
+            upstream = fields[13] if len(fields) > 13 else None
+            return result if upstream is None else with_upstream_failure(result, upstream)
         except UNREADABLE_PAYLOAD_ERRORS as e:
             raise UnreadableTaskError(f"Task {result_id} cannot be read: {e!r}") from e
 

@@ -25,6 +25,7 @@ from .maintenance_scripts import MaintenanceScripts
 from .script_source import LuaScript, script_source
 from .tooling_scripts import ToolingScripts
 from .transport import ServerTransport
+from .workflows import WorkflowScripts
 
 if TYPE_CHECKING:
     from ..unique import UniqueSpec
@@ -66,7 +67,7 @@ class EnqueueReply(NamedTuple):
         return cls(int(reply[0]), {int(pairs[i]) - 1: pairs[i + 1].decode() for i in range(0, len(pairs), 2)})
 
 
-class RedisScripts(ToolingScripts, MaintenanceScripts):
+class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
     """The backend's Lua scripts over one partition's keys, each call sent through a transport.
 
     The transport (`transport.ServerTransport`, or `cluster.ClusterTransport` on a cluster) owns

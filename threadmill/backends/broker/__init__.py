@@ -9,9 +9,10 @@ own `interval()`; `DUTIES` lists them in the order a pass runs them:
 - `reaper`: fails or retries tasks whose lease expired;
 - `recovery`: takes back the leases of lost worker processes;
 - `trimmer`: drops finished ids whose task data expired;
+- `sweeper`: settles the final parents of waiting workflow tasks no acknowledgement settled;
 - `full-trimmer`: drops the oldest successful tasks (leaving tombstones) while the server is over its maxmemory.
 
-Adding a duty (the workflow sweep will be the first) is one module with a `Duty` subclass
+Adding a duty is one module with a `Duty` subclass
 plus its entry in `DUTIES`; the broker walks the registry, it names no duty in its pass. A
 duty makes every server call through `BrokerPass.attempt`, so a pass that cannot reach a
 server skips that server's partitions for every later duty and raises at its end (`passes`).
@@ -31,6 +32,7 @@ from .passes import BrokerPass, Duty, PassFailures
 from .reaper import Reaper
 from .recovery import Recovery
 from .scheduler import Scheduler
+from .sweeper import Sweeper
 from .trimmer import Trimmer
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["DUTIES", "BrokerPass", "Duty", "PassFailures", "RedisBroker"]
 
 #: The broker's duties, in the order each pass runs them.
-DUTIES: tuple[type[Duty], ...] = (Mover, Scheduler, Latency, Reaper, Recovery, Trimmer, FullTrimmer)
+DUTIES: tuple[type[Duty], ...] = (Mover, Scheduler, Latency, Reaper, Recovery, Trimmer, Sweeper, FullTrimmer)
 
 D = TypeVar("D", bound=Duty)
 

@@ -34,8 +34,11 @@
 --                       nothing more than its fence)
 -- ARGV[7+m+5n+i] (string) optional, task i's attempt record (threadmill.attempts), appended to its
 --                       `attempts` field; "" or absent (an older caller): none
+-- A workflow task (its hash has a `workflow` field, read in the fence's own HMGET, so a plain task
+-- runs no command more) releases or fails its children here, once its fence accepted it (lib/workflow).
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
 -- include: unique
+-- include: workflow
 local ttl = tonumber(ARGV[1])
 local m = tonumber(ARGV[5])
 local publish = ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH'
@@ -56,16 +59,18 @@ local marks = ARGV[6 + m + 5 * n] or ''
 local uniques = ARGV[7 + m + 5 * n] or ''
 -- include: attempts
 -- include: chunked
+local workflow_budget = WORKFLOW_BUDGET
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id = KEYS[k + 1], ARGV[a + 1]
   local record = ARGV[7 + m + 5 * n + i] or ''
-  local token, attempts
+  local token, attempts, workflow, node
   if record == '' then
-    token = redis.call('HGET', task, 'lease_token')
+    local fields = redis.call('HMGET', task, 'lease_token', 'workflow', 'node')
+    token, workflow, node = fields[1], fields[2], fields[3]
   else
-    local fields = redis.call('HMGET', task, 'lease_token', 'attempts')
-    token, attempts = fields[1], with_attempt(fields[2], record)
+    local fields = redis.call('HMGET', task, 'lease_token', 'attempts', 'workflow', 'node')
+    token, attempts, workflow, node = fields[1], with_attempt(fields[2], record), fields[3], fields[4]
   end
   if token == ARGV[a + 2] then
     if uniques ~= '' and string.sub(uniques, i, i) == 'u' then
@@ -81,6 +86,9 @@ for i = 1, n do
     end
     redis.call('HDEL', task, 'lease_worker', 'lease_token', 'lease_started_at')
     redis.call('EXPIRE', task, ttl)
+    if workflow then
+      workflow_budget = settle_workflow(task, id, workflow, node, ARGV[a + 4] == 'failed', now, ttl, workflow_budget)
+    end
     local running, finished = KEYS[k + 2], KEYS[k + 3]
     leaving[running] = leaving[running] or {}
     table.insert(leaving[running], id)

@@ -1,0 +1,155 @@
+"""The workflow scripts through their wrappers: the enqueue's retry and the release's fence, key by key."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import time
+
+import pytest
+from django.tasks import TaskResultStatus, task_backends
+
+from tests import tasks
+from tests.worker.conftest import start_worker, wait_until  # noqa: F401 - start_worker is a fixture
+from threadmill.backends.broker.sweeper import SWEEP_INTERVAL_S, Sweeper
+from threadmill.backends.script_source import LuaScript, expand_includes
+from threadmill.base import Segment
+from threadmill.workflows import Workflow
+
+PREFIX = "threadmill:{default}"
+
+
+@pytest.fixture
+def backend():
+    return task_backends["default"]
+
+
+def _chain(backend):
+    wf = Workflow()
+    parent = wf.add(tasks.echo, ("parent",))
+    child = wf.add(tasks.echo, ("child",), after=[parent])
+    return wf.enqueue(), parent, child
+
+
+def _succeeded(result):
+    return dataclasses.replace(result, status=TaskResultStatus.SUCCESSFUL)
+
+
+def test_an_enqueue_retried_after_a_lost_reply_writes_nothing_more(backend):
+    run, _parent, _child = _chain(backend)
+    before = {key: backend.client.dump(key) for key in backend.client.keys(f"{PREFIX}*")}
+    graph = backend.client.hget(f"{PREFIX}:workflow:{run.id}", "graph").decode()
+    assert backend.scripts.enqueue_workflow(run.id, "", graph, []) == 0
+    assert {key: backend.client.dump(key) for key in backend.client.keys(f"{PREFIX}*")} == before
+
+
+def test_a_child_waits_with_its_parent_pending_and_the_parent_knows_it(backend):
+    _run, parent, child = _chain(backend)
+    client = backend.client
+    assert client.zrange(f"{PREFIX}:default:waiting", 0, -1) == [child.id.encode()]
+    assert client.smembers(f"{PREFIX}:pending:{child.id}") == {parent.id.encode()}
+    assert client.smembers(f"{PREFIX}:children:{parent.id}") == {child.id.encode()}
+    assert backend.get_result(child.id).status == TaskResultStatus.READY
+    assert backend.queue_stats()["default"][Segment.WAITING] == 1
+
+
+def test_a_refused_acknowledgement_leaves_the_child_waiting(backend):
+    run, parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    stale = dataclasses.replace(_succeeded(leased), lease_token="not-the-lease")
+    assert backend.acknowledge(stale) is False
+    assert backend.get_result(child.id).segment is Segment.WAITING
+    assert backend.client.smembers(f"{PREFIX}:pending:{child.id}") == {parent.id.encode()}
+    assert backend.get_workflow(run.id).counts["SUCCESSFUL"] == 0
+
+
+def test_the_accepted_acknowledgement_releases_the_child_once_and_wakes_its_queue(backend):
+    run, parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    backend.client.delete(f"{PREFIX}:default:wake")
+    assert backend.acknowledge(_succeeded(leased)) is True
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert backend.client.lrange(f"{PREFIX}:default:wake", 0, -1) == [b"1"]
+    assert not backend.client.exists(f"{PREFIX}:pending:{child.id}", f"{PREFIX}:children:{parent.id}")
+    # The same acknowledgement again (a reply lost, sent twice): the fence refuses it, nothing counts twice.
+    assert backend.acknowledge(_succeeded(leased)) is False
+    assert backend.get_workflow(run.id).counts == {
+        "WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 1, "FAILED": 0,
+    }  # fmt: skip
+
+
+def test_a_requeued_parent_does_not_release_its_child(backend):
+    _run, parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.requeue(leased) is True
+    assert backend.get_result(child.id).segment is Segment.WAITING
+    assert backend.client.smembers(f"{PREFIX}:pending:{child.id}") == {parent.id.encode()}
+
+
+#: The commit this branch started from: its acknowledge.lua is the previous release's, which never settles.
+PREVIOUS_ACKNOWLEDGE = "6657d0f"
+
+
+@pytest.fixture
+def previous_acknowledge(backend, monkeypatch):
+    """Make this process acknowledge with the previous release's acknowledge.lua (no release of children)."""
+    source = subprocess.run(
+        ["git", "show", f"{PREVIOUS_ACKNOWLEDGE}:threadmill/backends/lua/acknowledge.lua"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    monkeypatch.setattr(backend.scripts, "_acknowledge", LuaScript(expand_includes(source)))
+
+
+def test_the_sweep_releases_a_child_whose_parent_an_older_release_acknowledged(backend, previous_acknowledge):
+    run, _parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(_succeeded(leased)) is True
+    assert backend.get_result(child.id).segment is Segment.WAITING
+    assert Sweeper(backend).sweep("default", 0) == 1
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert Sweeper(backend).sweep("default", 0) == 0
+    assert backend.get_workflow(run.id).counts["SUCCESSFUL"] == 1
+
+
+def test_the_sweep_fails_the_children_of_a_parent_an_older_release_failed(backend, previous_acknowledge):
+    run, _parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(dataclasses.replace(leased, status=TaskResultStatus.FAILED)) is True
+    assert Sweeper(backend).sweep("default", 0) == 1
+    result = backend.get_result(child.id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class_path == "threadmill.exceptions.UpstreamFailed"
+    assert backend.get_workflow(run.id).counts == {
+        "WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 2,
+    }  # fmt: skip
+
+
+def test_a_pool_starts_a_child_within_seconds_of_its_parent_acknowledged_by_an_older_release(
+    backend, previous_acknowledge, start_worker
+):
+    _run, _parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(_succeeded(leased)) is True
+    started = time.monotonic()
+    start_worker("-w", "1", "-t", "1", "-q", "default")
+    wait_until(lambda: backend.get_result(child.id).status == TaskResultStatus.SUCCESSFUL, "the child ran")
+    assert time.monotonic() - started < 3 * SWEEP_INTERVAL_S
+
+
+def test_a_cascade_past_one_calls_budget_is_finished_by_the_sweep_and_counted_once(backend):
+    wf = Workflow()
+    root = wf.add(tasks.echo)
+    middle = [wf.add(tasks.echo, after=[root]) for _ in range(1200)]
+    wf.add(tasks.echo, after=middle[:600])
+    run = wf.enqueue()
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(dataclasses.replace(leased, status=TaskResultStatus.FAILED)) is True
+    cut_short = backend.get_workflow(run.id).counts
+    assert cut_short["WAITING"] > 0 and cut_short["FAILED"] < 1202
+    assert Sweeper(backend).sweep("default", 0) > 0
+    assert backend.get_workflow(run.id).counts == {
+        "WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1202,
+    }  # fmt: skip
+    assert backend.client.zcard(f"{PREFIX}:default:waiting") == 0

@@ -1,0 +1,47 @@
+"""The sweeper: releases waiting workflow tasks whose parents are final but were never settled.
+
+The acknowledgement that records a parent's final outcome releases its children (acknowledge.lua);
+an older release's worker, and today the reaper, recovery and cancel, record final outcomes
+without doing so. This duty settles those parents through the same Lua (`sweep_waiting.lua`), so
+such children start within `SWEEP_INTERVAL_S` or two. A queue without waiting tasks costs one
+script call running one ZRANGE a sweep: an idle pool pays 0.4 commands a second per queue for it.
+"""
+
+from __future__ import annotations
+
+from .passes import BrokerPass, Duty
+
+#: Most waiting tasks one sweep call looks at.
+SWEEP_BATCH_SIZE = 500
+#: Most sweep calls one queue gets a sweep (each visits at most the script's budget of children).
+MAX_SWEEP_CALLS = 100
+#: Least time between two sweeps, seconds ("within seconds", issue 32; each costs an idle queue a ZCARD).
+SWEEP_INTERVAL_S = 5.0
+
+
+class Sweeper(Duty):
+    """Settles the final parents of waiting tasks that no acknowledgement settled."""
+
+    name = "sweeper"
+
+    def interval(self) -> float:
+        """Return `SWEEP_INTERVAL_S`, or the broker's own interval when that is longer."""
+        return max(SWEEP_INTERVAL_S, self.backend.config.broker_interval)
+
+    def run_once(self, pass_: BrokerPass) -> int:
+        """Sweep every queue in every partition; return how many parents were settled."""
+        return pass_.serve_each(self.sweep)
+
+    def sweep(self, queue_name: str, partition: int) -> int:
+        """Sweep one queue's waiting segment in one partition, a batch a call; return how many parents were settled."""
+        scripts = self.backend.scripts_for(partition)
+        settled, first = 0, 0
+        for _ in range(MAX_SWEEP_CALLS):
+            done, looked = scripts.sweep_waiting(queue_name, first, SWEEP_BATCH_SIZE, self.backend.config.result_ttl)
+            settled += done
+            if not done:
+                if looked < SWEEP_BATCH_SIZE:
+                    break
+                first += looked
+            # Else released tasks left the segment and a budget may have cut the call short: look again.
+        return settled

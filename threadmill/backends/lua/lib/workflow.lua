@@ -1,0 +1,89 @@
+-- workflow (included): a workflow task's final outcome releases its children (threadmill.workflows).
+-- `settle_workflow` runs in the script that records the outcome, after its fence accepted it, so a
+-- retry (requeue, not this script), a refused acknowledgement or a second run never reaches it.
+-- The keys it touches are built from the task hash's own (declared) key `<prefix>:task:<id>`, the
+-- same hash tag and so the same slot: the workflow's record `<prefix>:workflow:<wid>`, each task's
+-- `<prefix>:children:<id>` and `<prefix>:pending:<id>` sets, a queue's `<prefix>:<queue>:waiting`,
+-- `:ready`, `:failed` segments, `:wake` list and `:totals` hash. A child whose pending set empties
+-- goes to its queue's ready segment (the wake token pushed as a plain enqueue pushes it); a child
+-- of a failed parent whose policy is "cancel" is recorded failed at once, field `upstream_failed`
+-- naming the parent, and settles its own children in the same call (breadth first).
+-- Bounded: one script call visits at most WORKFLOW_BUDGET children; the rest keep their parent in
+-- their pending sets and the broker's sweeper (sweep_waiting.lua) settles them in later calls. A
+-- task's outcome is counted in the record once, marked by its `counted` field, however many calls
+-- settle its children.
+
+-- Most children one script call visits: a call that fails 1,000 took 42-46 ms of the server (about 12
+-- commands a child), the longest a workflow makes one call; the sweeper settles the rest.
+local WORKFLOW_BUDGET = 1000
+
+-- The prefix of the task hash `task_key` of task `id` (`<prefix>:task:<id>`).
+local function prefix_of(task_key, id)
+  return string.sub(task_key, 1, #task_key - #id - #':task:')
+end
+
+-- Count a final outcome in the workflow's record unless the task's `counted` field says it was.
+local function count_outcome(task_key, record, failed)
+  if redis.call('HSETNX', task_key, 'counted', '1') == 1 then
+    redis.call('HINCRBY', record, failed and 'failed' or 'successful', 1)
+  end
+end
+
+-- Fail waiting task `child` (hash `child_key`, of `queue`) because `parent` (node `parent_node`) failed.
+local function fail_upstream(prefix, record, child, child_key, queue, parent, parent_node, now, ttl)
+  redis.call('HSET', child_key, 'segment', 'failed', 'counted', '1', 'upstream_failed',
+    cjson.encode({parent = parent_node, parent_id = parent, at = now}))
+  redis.call('EXPIRE', child_key, ttl)
+  redis.call('DEL', prefix .. ':pending:' .. child)
+  redis.call('ZREM', prefix .. ':' .. queue .. ':waiting', child)
+  redis.call('ZADD', prefix .. ':' .. queue .. ':failed', now, child)
+  redis.call('HINCRBY', prefix .. ':' .. queue .. ':totals', 'finished', 1)
+  redis.call('HINCRBY', prefix .. ':' .. queue .. ':totals', 'failed', 1)
+  redis.call('HINCRBY', record, 'waiting', -1)
+  redis.call('HINCRBY', record, 'failed', 1)
+end
+
+-- Count final task `id`'s outcome (`failed` true for a failure) in workflow `wid`'s record and release or
+-- fail its children, theirs after them, visiting at most `budget` children; push one wake token per queue
+-- that got a ready task. Returns the budget left.
+local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget)
+  local prefix = prefix_of(task_key, id)
+  local record = prefix .. ':workflow:' .. wid
+  count_outcome(task_key, record, failed)
+  local settling, head, woken = {{id, failed, node}}, 1, {}
+  while settling[head] and budget > 0 do
+    local parent, parent_failed, parent_node = settling[head][1], settling[head][2], settling[head][3]
+    head = head + 1
+    local children_key = prefix .. ':children:' .. parent
+    for _, child in ipairs(redis.call('SRANDMEMBER', children_key, budget)) do
+      budget = budget - 1
+      local child_key = prefix .. ':task:' .. child
+      local f = redis.call('HMGET', child_key, 'segment', 'queue', 'score', 'on_parent_failure', 'node')
+      local queue, pending = f[2], prefix .. ':pending:' .. child
+      if f[1] == 'waiting' and parent_failed and f[4] ~= 'run' then
+        fail_upstream(prefix, record, child, child_key, queue, parent, parent_node, now, ttl)
+        table.insert(settling, {child, true, f[5]})
+      elseif f[1] == 'waiting' and redis.call('SREM', pending, parent) == 1
+          and redis.call('EXISTS', pending) == 0 then
+        redis.call('HSET', child_key, 'segment', 'ready')
+        redis.call('ZREM', prefix .. ':' .. queue .. ':waiting', child)
+        redis.call('ZADD', prefix .. ':' .. queue .. ':ready', f[3], child)
+        redis.call('HINCRBY', record, 'waiting', -1)
+        woken[queue] = true
+      end
+      redis.call('SREM', children_key, child)
+    end
+  end
+  for queue in pairs(woken) do
+    local wake = prefix .. ':' .. queue .. ':wake'
+    if redis.call('LLEN', wake) == 0 then
+      redis.call('LPUSH', wake, '1')
+    end
+  end
+  local counts = redis.call('HMGET', record, 'total', 'successful', 'failed')
+  if (tonumber(counts[2]) or 0) + (tonumber(counts[3]) or 0) >= (tonumber(counts[1]) or 0) then
+    redis.call('HSET', record, 'finished_at', now)
+    redis.call('EXPIRE', record, ttl)
+  end
+  return budget
+end
