@@ -337,23 +337,40 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, float]:
     return {k: round(report.median([f[k] for f in flats]), 2) for k in flats[0]}
 
 
+def cost(name: str, state: float, empty: float) -> float:
+    """Return a figure's cost beside the backlog over the empty server's (a rate's cost is its inverse)."""
+    return empty / state if name in RATES else state / empty
+
+
 def add_ratios(states: dict[str, Any]) -> dict[str, Any]:
-    """Add each state's cost over the empty server's, per figure (a rate's cost is its inverse)."""
+    """Add each state's cost ratio per figure: of the medians, and the median of each repeat's own ratio.
+
+    The paired ratio compares the states within one round of repeats, which a neighbour's load
+    swings alike, so it holds up better than the ratio of medians on a busy machine.
+    """
     empty = states["empty"]
-    figures = [k for k in empty if k not in NOT_FIGURES]
+    names = [k for k in empty if k not in (*NOT_FIGURES, "cost_ratio", "paired_cost_ratio")]
+    empty_runs = [flat(r) for r in empty["runs"]]
     for state in states.values():
-        state["cost_ratio"] = {
-            k: round(empty[k] / state[k] if k in RATES else state[k] / empty[k], 2) for k in figures
-        }  # fmt: skip
+        state["cost_ratio"] = {k: round(cost(k, state[k], empty[k]), 2) for k in names}
+        pairs = list(zip((flat(r) for r in state["runs"]), empty_runs, strict=True))
+        state["paired_cost_ratio"] = {
+            k: round(report.median([cost(k, s[k], e[k]) for s, e in pairs]), 2) for k in names
+        }
     return states
 
 
 def print_backlog(figures: dict[str, Any]) -> None:
     states = figures["states"]
-    names = [k for k in states["empty"] if k not in (*NOT_FIGURES, "cost_ratio")]
-    header = ["figure", *[f"{s}" for s in states], *[f"{s} / empty" for s in states if s != "empty"]]
+    names = list(states["empty"]["cost_ratio"])
+    loaded = [s for s in states if s != "empty"]
+    header = ["figure", *states, *[f"{s} / empty (paired)" for s in loaded]]
     rows = [
-        [n, *[f"{states[s][n]:,.2f}" for s in states], *[f"{states[s]['cost_ratio'][n]:.2f}x" for s in states][1:]]
+        [
+            n,
+            *[f"{states[s][n]:,.2f}" for s in states],
+            *[f"{states[s]['cost_ratio'][n]:.2f}x ({states[s]['paired_cost_ratio'][n]:.2f}x)" for s in loaded],
+        ]
         for n in names
     ]
     report.print_table(
