@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -320,6 +321,8 @@ def run(
                 states[name]["runs"].append(measure_in_process(contexts[name], "repeat", tasks, tag))
                 print(f"  [{n + 1}/{repeats}] {name}: {flat(states[name]['runs'][-1])}", flush=True)
         version = server_version(contexts["empty"].client)
+    # Kept when a step fails, since the workers' logs there say why.
+    shutil.rmtree(scratch, ignore_errors=True)
     for state in states.values():
         state.update(medians(state["runs"]))
     name = "backlog-same-queue" if same_queue else "backlog"
