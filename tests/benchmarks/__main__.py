@@ -1,6 +1,6 @@
 """Run the benchmarks: `python -m tests.benchmarks [NAME ...]`, each NAME a benchmark listed below or `charts`.
 
-With no name it runs every benchmark but `faults`, `cluster`, `integrations` and `memory`, then renders the
+With no name it runs every benchmark but `faults`, `cluster`, `integrations`, `memory` and `backlog`, then renders the
 charts. `charts` alone re-renders the charts from the JSON results without measuring anything.
 """
 
@@ -11,7 +11,7 @@ import signal
 
 BENCHMARKS = (
     "backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "memory", "faults", "cluster",
-    "integrations", "start",
+    "integrations", "start", "backlog",
 )  # fmt: skip
 #: What runs when no benchmark is named; the fault table takes minutes of real outages and the
 #: cluster drain starts a cluster of its own, so both only on request. The remote drain and the
@@ -83,6 +83,17 @@ def parse() -> argparse.Namespace:
         "--million",
         action="store_true",
         help="memory: also enqueue 1,000,000 echo tasks with enqueue_many and report the server's memory",
+    )
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=None,
+        help="backlog: tasks queued, and tasks finished, beside the measured work (default 1,000,000)",
+    )
+    parser.add_argument(
+        "--same-queue",
+        action="store_true",
+        help="backlog: queue the backlog in the drained queue, ahead of its tasks (default: in another queue)",
     )
     parser.add_argument(
         "--fault", default=None, help="faults: only the rows whose name contains this text (default every row)"
@@ -187,6 +198,15 @@ def main() -> None:
             repeats=1 if args.repeats is None else args.repeats,
             peer_names=peers_for("memory", args.peers),
             million=args.million,
+        )
+    if "backlog" in args.benchmarks:
+        from . import backlog
+
+        backlog.run(
+            tasks=args.tasks or backlog.DEFAULT_TASKS,
+            backlog=args.backlog or backlog.DEFAULT_BACKLOG,
+            repeats=args.repeats or 3,
+            same_queue=args.same_queue,
         )
     if "cluster" in args.benchmarks:
         from . import cluster
