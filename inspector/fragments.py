@@ -56,7 +56,7 @@ def overview_context(can_change: bool = False) -> dict:
         }
         for s in summaries
     ]
-    return {"queue_rows": rows, "segments": list(api.Segment), "can_change": can_change}
+    return {"queue_rows": rows, "servers": api.server_memory(), "segments": list(api.Segment), "can_change": can_change}
 
 
 #: What the workers page shows while a command waits in Redis for the worker's supervisor to take it.

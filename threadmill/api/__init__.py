@@ -51,9 +51,11 @@ from .actions import (
 )
 from .queues import (
     FILTER_SCAN_LIMIT,
+    MEMORY_WARNING_SHARE,
     NO_FILTER,
     Filter,
     SegmentPage,
+    ServerMemory,
     backend_aliases,
     decode_cursor,
     encode_cursor,
@@ -63,6 +65,7 @@ from .queues import (
     keyset_page,
     natural_newest_first,
     page,
+    server_memory,
     task,
     unreachable_backends,
 )
@@ -75,6 +78,7 @@ __all__ = [
     "CANCELLABLE_SEGMENTS",
     "CANCEL_VIEW_LIMIT",
     "FILTER_SCAN_LIMIT",
+    "MEMORY_WARNING_SHARE",
     "NO_FILTER",
     "REQUEUEABLE_SEGMENTS",
     "CancelOutcome",
@@ -87,6 +91,7 @@ __all__ = [
     "Requeued",
     "Segment",
     "SegmentPage",
+    "ServerMemory",
     "TaskResultDoesNotExist",
     "TelemetryHub",
     "Timeline",
@@ -122,6 +127,7 @@ __all__ = [
     "requeue_selected",
     "requeue_view",
     "schedules",
+    "server_memory",
     "status_report",
     "task",
     "timeline_of",

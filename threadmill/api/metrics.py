@@ -4,7 +4,8 @@ A scrape reads counts and counters only, never a segment's members: per backend 
 of ZCARDs, one of two-entry ZRANGEs for the oldest ready task, one of HMGETs for the totals,
 the heartbeats and their documents, and the paused queues, so its cost does not grow with the
 number of tasks stored; and per backend one pipeline of HGETALLs for the per-task-path totals,
-whose label `task` is bounded by `taskstats.PATH_CAP` paths a queue.
+whose label `task` is bounded by `taskstats.PATH_CAP` paths a queue; and per backend one INFO for
+the server's memory against its `maxmemory`.
 
 `prometheus_client` is imported at the first scrape, not with the API: every command of
 `manage.py threadmill` imports the API, and the worker's start paid 10 ms for it.
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..backends.taskstats import BOUNDS_S, PathStats
 from ..backends.tooling import TaskLimitState
 from ..base import Segment
-from .queues import backend_aliases, get_backend
+from .queues import backend_aliases, get_backend, server_memory
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -115,11 +116,30 @@ class ThreadmillCollector:
             "Queue wait of a task path's first attempts: enqueue (or run_after) to lease.",
             labels=["backend", "queue", "task"],
         )
+        memory = {
+            "used": GaugeMetricFamily(
+                "threadmill_server_used_memory_bytes", "Memory the backend's server uses (INFO used_memory).",
+                labels=["backend"],
+            ),
+            "max": GaugeMetricFamily(
+                "threadmill_server_maxmemory_bytes", "The server's maxmemory; 0: no limit.", labels=["backend"]
+            ),
+            "full": GaugeMetricFamily(
+                "threadmill_server_full", "1 while the server is at its maxmemory and refuses enqueues.",
+                labels=["backend"],
+            ),
+        }  # fmt: skip
         for alias in backend_aliases():
             self._queues(alias, tasks, oldest, paused, counters)
             self._workers(alias, alive, per_worker)
             self._task_paths(alias, task_runs, durations, waits)
+        for reading in server_memory():
+            if reading.used_memory is not None:
+                memory["used"].add_metric([reading.alias], reading.used_memory)
+            memory["max"].add_metric([reading.alias], reading.maxmemory or 0)
+            memory["full"].add_metric([reading.alias], 1.0 if reading.full else 0.0)
         yield from (tasks, oldest, paused, *counters.values(), alive, *per_worker.values(), task_runs, durations, waits)
+        yield from memory.values()
 
     @staticmethod
     def _task_paths(alias, task_runs, durations, waits) -> None:

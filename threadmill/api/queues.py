@@ -1,4 +1,4 @@
-"""Reading queues through a backend: which backends and queues exist, a segment's pages, one task.
+"""Reading queues through a backend: which backends and queues exist, a segment's pages, one task, the server's memory.
 
 A page's rows and its total come from one round trip, whatever the segment's depth. With
 several partitions a segment's merged order is paged by cursor (`keyset_page`): a cursor is
@@ -229,3 +229,68 @@ def natural_newest_first(segment: Segment) -> bool:
 def task(alias: str, task_id: str):
     """Return one task (a task result, or an UnreadableTask); TaskResultDoesNotExist if none."""
     return get_backend(alias).peek_task(task_id)
+
+
+# -- the server's memory ---------------------------------------------------------------
+
+#: The share of `maxmemory` from which the console warns that the server is filling up.
+MEMORY_WARNING_SHARE = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMemory:
+    """One backend's server: its address (redacted), what it runs, its memory against `maxmemory`, and its policy."""
+
+    alias: str
+    address: str
+    server: str | None
+    used_memory: int | None
+    #: 0 or None: no limit.
+    maxmemory: int | None
+    #: None where INFO was denied.
+    policy: str | None
+
+    @property
+    def share(self) -> float | None:
+        """Used memory as a share of `maxmemory`; None without a limit or a reading."""
+        if not self.maxmemory or self.used_memory is None:
+            return None
+        return self.used_memory / self.maxmemory
+
+    @property
+    def full(self) -> bool:
+        return self.share is not None and self.share >= 1
+
+    @property
+    def level(self) -> str:
+        """ "bad" for a full server, "warn" from `MEMORY_WARNING_SHARE` of `maxmemory` or an evicting policy, else "ok"."""
+        if self.full:
+            return "bad"
+        if (self.share is not None and self.share >= MEMORY_WARNING_SHARE) or self.policy not in (None, "noeviction"):
+            return "warn"
+        return "ok"
+
+    @property
+    def warning(self) -> str:
+        """What an operator should know, in a sentence; "" when nothing."""
+        if self.full:
+            return "The server is full: it refuses enqueues until workers drain it or maxmemory is raised."
+        if self.share is not None and self.share >= MEMORY_WARNING_SHARE:
+            return f"The server is {self.share:.0%} full: enqueues are refused at maxmemory."
+        if self.policy not in (None, "noeviction"):
+            return f"maxmemory-policy {self.policy} may evict tasks, results and limits: set noeviction."
+        return ""
+
+
+def server_memory() -> list[ServerMemory]:
+    """Return the memory reading of every threadmill backend's server, in settings order (one INFO each)."""
+    readings = []
+    for alias in backend_aliases():
+        backend = get_backend(alias)
+        report = backend.preflight(fresh=True)
+        readings.append(
+            ServerMemory(
+                alias, backend.server_address, report.server, report.used_memory, report.maxmemory, report.policy
+            )
+        )
+    return readings
