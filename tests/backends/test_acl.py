@@ -1,4 +1,4 @@
-"""The least-privilege ACL of the docs (`keys.ACL_RULES`) runs everything, and the ACL LOG stays empty.
+"""The least-privilege ACL of the docs (`keys.ACL_RULES`) runs everything, and the ACL LOG stays empty; `+@all -@dangerous` too, but INFO.
 
 A user with exactly those rules enqueues (one, many, asyncio, unique, deferred), drains with a real
 pool, has a worker killed -9 under a running task and recovered by the next pool, cancels, pauses
@@ -52,15 +52,29 @@ print(json.dumps(ids))
 """
 
 
-@pytest.fixture(params=[name for name in SERVER_NAMES if name in ("valkey", "redis")], scope="module")
+#: The rules a user gets: the documented least-privilege ones, and the common `+@all -@dangerous`,
+#: which denies INFO (the preflight's read, @dangerous): that one goes on without it, and its log
+#: holds INFO denials and nothing else.
+RULES = {
+    "documented": (ACL_RULES, set()),
+    "all-but-dangerous": ("~threadmill:* &threadmill:* +@all -@dangerous", {"info"}),
+}
+
+
+@pytest.fixture(
+    params=[(name, rules) for name in SERVER_NAMES if name in ("valkey", "redis") for rules in RULES],
+    ids=lambda param: "-".join(param),
+    scope="module",
+)
 def limited(request):
-    """A server of its own whose only enabled user has exactly `ACL_RULES`; yields (its URL, an admin client)."""
-    server = start_server(request.param)
+    """A server of its own whose only enabled user has the rules of `RULES`; yields (its URL, an admin client, the denials allowed)."""
+    kind, rules = request.param
+    server = start_server(kind)
     admin = redis.Redis(port=server.port)
-    admin.execute_command("ACL", "SETUSER", "threadmill", "on", ">limited-pw", *ACL_RULES.split())
+    admin.execute_command("ACL", "SETUSER", "threadmill", "on", ">limited-pw", *RULES[rules][0].split())
     admin.execute_command("ACL", "SETUSER", "default", "resetpass", ">admin-pw")
     admin = redis.Redis(port=server.port, password="admin-pw")
-    yield f"redis://threadmill:limited-pw@127.0.0.1:{server.port}/0", admin
+    yield f"redis://threadmill:limited-pw@127.0.0.1:{server.port}/0", admin, RULES[rules][1]
     server.stop()
 
 
@@ -69,8 +83,8 @@ def denials(admin: redis.Redis) -> list[dict]:
     return admin.acl_log()
 
 
-def test_the_documented_acl_runs_producers_workers_recovery_and_the_console_with_nothing_denied(limited, tmp_path):
-    url, admin = limited
+def test_each_acl_runs_producers_workers_recovery_and_the_console_denied_nothing_it_needs(limited, tmp_path):
+    url, admin, allowed = limited
     env = worker_env(
         THREADMILL_TEST_REDIS_URL=url,
         THREADMILL_TEST_DB=str(tmp_path / "db.sqlite3"),
@@ -111,7 +125,10 @@ def test_the_documented_acl_runs_producers_workers_recovery_and_the_console_with
     )
     assert status.returncode == 0, status.stderr[-2000:]
     assert admin.hget(f"threadmill:{{default}}:task:{task}", "segment") == b"successful"
-    assert denials(admin) == []
+    denied = denials(admin)
+    assert {(entry["reason"], entry["object"]) for entry in denied} <= {("command", name) for name in allowed}, denied
+    # The preflight met the denial and went on: the rules really were that narrow.
+    assert allowed <= {entry["object"] for entry in denied}, denied
 
 
 def test_the_production_redis_page_gives_exactly_these_rules():
