@@ -107,14 +107,21 @@ def _kill_worker_process(pool: Pool) -> None:
     assert not alive, f"worker process {victim} outlived kill -9"
 
 
+def _runs(pool: Pool) -> bool:
+    """Whether the pool's one worker process is up and has said so."""
+    return len(pool.children()) == 1 and re.search(r"Worker process \S+ started", pool.output) is not None
+
+
 def _drain_killing_each_once(tally: Tally, old: Pool, new: Pool) -> tuple[set[str], str]:
     """Drain with both pools, kill -9 the old one's worker, then the new one's; return what may run twice and the old log.
 
     Only a task a killed process had finished, its acknowledgement not yet sent, may run again.
     """
     try:
-        wait_for(lambda: old.alive() and new.alive() and tally.successful() >= 60,
-                 lambda: f"both pools drain ({tally.summary()})", 30)  # fmt: skip
+        # Both pools' worker processes must run before the kill: the older release starts slower
+        # (its settings load the console's stack), and this one alone drained the 60 before it forked.
+        wait_for(lambda: old.alive() and new.alive() and _runs(old) and _runs(new) and tally.successful() >= 60,
+                 lambda: f"both pools drain ({tally.summary()}): {old.output[-2000:]}", 30)  # fmt: skip
         # Each snapshot comes after its kill: a task the victim finished between a snapshot and
         # the signal, its acknowledgement unsent, may run again too.
         _kill_worker_process(old)
