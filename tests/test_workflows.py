@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.tasks import TaskResultStatus, task_backends
 from django.test import override_settings
@@ -88,6 +90,25 @@ def test_a_fan_in_of_fifty_runs_the_join_once_after_every_parent(backend, pool):
     assert backend.get_result(join.id).worker_ids and len(backend.get_result(join.id).worker_ids) == 1
     run.refresh()
     assert run.counts["SUCCESSFUL"] == 51 and run.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_a_fan_out_of_three_thousand_is_released_well_within_a_sweep_and_runs_each_child_once(backend, pool):
+    wf = Workflow(name="fan-out")
+    root = wf.add(tasks.spell, ("root",))
+    for i in range(3000):
+        wf.add(tasks.counted, (f"c{i}",), after=[root])
+    run = wf.enqueue()
+    waiting = backend.keys.segment("default", Segment.WAITING)
+    wait_until(lambda: backend.client.hexists("test:spells", "root"), "the root ran")
+    wait_until(lambda: backend.client.zcard(waiting) == 0, "every child was released")
+    # More than one call's budget (1,000 children): without the settling list the rest waits for the sweep.
+    released_after = time.time() - _spells(backend)["root"][1]
+    assert released_after < 1.0, f"the last children were released {released_after:.2f} s after the root ended"
+    _finish(run)
+    runs = {k.decode(): int(v) for k, v in backend.client.hgetall("test:runs").items()}
+    assert runs == {f"c{i}": 1 for i in range(3000)}
+    run.refresh()
+    assert run.counts["SUCCESSFUL"] == 3001 and run.status == TaskResultStatus.SUCCESSFUL
 
 
 def test_a_failure_cascades_down_a_three_level_graph_and_spares_the_other_branch(backend, pool):

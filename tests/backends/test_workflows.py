@@ -11,6 +11,8 @@ from django.tasks import TaskResultStatus, task_backends
 
 from tests import tasks
 from tests.worker.conftest import start_worker, wait_until  # noqa: F401 - start_worker is a fixture
+from threadmill.backends import codec
+from threadmill.backends.broker.passes import BrokerPass, PassFailures
 from threadmill.backends.broker.sweeper import SWEEP_INTERVAL_S, Sweeper
 from threadmill.backends.script_source import LuaScript, expand_includes
 from threadmill.base import Segment
@@ -138,18 +140,59 @@ def test_a_pool_starts_a_child_within_seconds_of_its_parent_acknowledged_by_an_o
     assert time.monotonic() - started < 3 * SWEEP_INTERVAL_S
 
 
-def test_a_cascade_past_one_calls_budget_is_finished_by_the_sweep_and_counted_once(backend):
+def _wide_cascade():
+    """A root with 1,200 children, 600 of which share one grandchild: more than one call's budget."""
     wf = Workflow()
     root = wf.add(tasks.echo)
     middle = [wf.add(tasks.echo, after=[root]) for _ in range(1200)]
     wf.add(tasks.echo, after=middle[:600])
-    run = wf.enqueue()
+    return wf.enqueue()
+
+
+def test_a_cascade_past_one_calls_budget_is_finished_by_the_acknowledgement_and_counted_once(backend):
+    run = _wide_cascade()
     leased = backend.acquire("default", worker="w")[0]
     assert backend.acknowledge(dataclasses.replace(leased, status=TaskResultStatus.FAILED)) is True
-    cut_short = backend.get_workflow(run.id).counts
-    assert cut_short["WAITING"] > 0 and cut_short["FAILED"] < 1202
-    assert Sweeper(backend).sweep("default", 0) > 0
     assert backend.get_workflow(run.id).counts == {
         "WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1202,
     }  # fmt: skip
     assert backend.client.zcard(f"{PREFIX}:default:waiting") == 0
+    assert not backend.client.exists(f"{PREFIX}:settling")
+
+
+def test_a_release_cut_short_waits_on_the_settling_list_and_the_sweep_finishes_it(backend):
+    run = _wide_cascade()
+    leased = backend.acquire("default", worker="w")[0]
+    # The script alone, as a worker that stopped before it could continue the release.
+    failed = dataclasses.replace(leased, status=TaskResultStatus.FAILED)
+    entry = (leased.id, "default", leased.lease_token, codec.encode_result(failed, None), Segment.FAILED)
+    assert backend.scripts.acknowledge([entry], backend.config.result_ttl, 0) == [2]
+    cut_short = backend.get_workflow(run.id).counts
+    assert cut_short["WAITING"] > 0 and cut_short["FAILED"] < 1202
+    assert backend.client.llen(f"{PREFIX}:settling") > 0
+    assert Sweeper(backend).run_once(BrokerPass(["default"], range(1), PassFailures(backend))) > 0
+    assert backend.get_workflow(run.id).counts == {
+        "WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1202,
+    }  # fmt: skip
+    assert not backend.client.exists(f"{PREFIX}:settling")
+
+
+def test_a_fan_out_of_three_thousand_is_released_by_its_acknowledgement_each_child_once(backend):
+    wf = Workflow()
+    root = wf.add(tasks.echo)
+    children = [wf.add(tasks.echo, (i,), after=[root]) for i in range(3000)]
+    run = wf.enqueue()
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(_succeeded(leased)) is True
+    ready = backend.client.zrange(f"{PREFIX}:default:ready", 0, -1)
+    assert sorted(ready) == sorted(child.id.encode() for child in children)
+    assert backend.client.zcard(f"{PREFIX}:default:waiting") == 0
+    assert backend.get_workflow(run.id).counts["READY"] == 3000
+    assert not backend.client.exists(f"{PREFIX}:settling", f"{PREFIX}:children:{root.id}")
+
+
+def test_continue_settling_with_nothing_cut_short_runs_one_command(backend):
+    backend.client.config_resetstat()
+    assert backend.scripts.continue_settling(backend.config.result_ttl) == (0, 0)
+    calls = {k: v["calls"] for k, v in backend.client.info("commandstats").items() if "resetstat" not in k}
+    assert calls == {"cmdstat_evalsha": 1, "cmdstat_llen": 1}

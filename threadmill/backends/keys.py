@@ -242,6 +242,10 @@ class KeySchema:
         """Set of the ids of a waiting task's parents that are not final yet; empty (so gone) once it is released."""
         return f"{self.prefix}:pending:{task_id}"
 
+    def workflow_settling(self) -> str:
+        """List of final workflow tasks whose release of children a script call cut short at its budget, oldest first."""
+        return f"{self.prefix}:settling"
+
     def task_prefix(self) -> str:
         """The prefix the Lua scripts append a task id to."""
         return f"{self.prefix}:task:"

@@ -36,6 +36,8 @@ logger = logging.getLogger("threadmill.backend")
 WORKER_WAKE_TTL_S = 60
 #: Most running entries of one queue `release_unanswered` looks through.
 RELEASE_SCAN_LIMIT = 100_000
+#: What acknowledge.lua answers for a task stored whose release of children ran out of the call's budget.
+CUT_SHORT = 2
 
 
 #: The letter acknowledge.lua counts a run by, by what ended it (`outcome.ended_by`).
@@ -62,6 +64,7 @@ class WorkerVerbs(ToolingHost):
     empty_hints: Any
     wait_on_partitions: Any
     quarantine_unreadable: Any
+    finish_settling: Any
 
     def acquire(
         self,
@@ -169,6 +172,9 @@ class WorkerVerbs(ToolingHost):
                 replies = self.scripts_for(partition).acknowledge(group, self.config.result_ttl, minute)
                 by_id.update(zip((entry[0] for entry in group), replies, strict=True))
             accepted = [by_id[entry[0]] for entry in entries]
+        if CUT_SHORT in accepted:
+            # A release of children ran out of the call's budget: continue it now, not at the next sweep.
+            self.finish_settling()
         for (result, _), ok in zip(outcomes, accepted, strict=True):
             if not ok:
                 logger.warning(

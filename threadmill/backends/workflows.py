@@ -35,6 +35,9 @@ UPSTREAM_FAILED = "threadmill.exceptions.UpstreamFailed"
 READ_BATCH = 1000
 _enqueue_workflow = LuaScript(script_source("enqueue_workflow"))
 _sweep_waiting = LuaScript(script_source("sweep_waiting"))
+_continue_settling = LuaScript(script_source("continue_settling"))
+#: Most continue_settling calls one `finish_settling` makes: 10 settle the largest workflow's fan-out.
+MAX_SETTLE_CALLS = 100
 
 
 class WorkflowScripts(ScriptHost):
@@ -74,6 +77,13 @@ class WorkflowScripts(ScriptHost):
         )
         return int(settled), int(looked)
 
+    @translate_errors
+    def continue_settling(self, result_ttl: float) -> tuple[int, int]:
+        """Settle the tasks a call cut short at its budget, one budget's worth; return (settled, ids left)."""
+        k = self.keys
+        settled, left = self._run(_continue_settling, [k.workflow_settling(), k.task_prefix()], [int(result_ttl)])
+        return int(settled), int(left)
+
 
 class WorkflowBackend:
     """What `RedisTaskBackend` does for workflows: new ids, the enqueue and the read."""
@@ -82,6 +92,7 @@ class WorkflowBackend:
     client: Any
     scripts: Any
     keys: Any
+    config: Any
 
     if TYPE_CHECKING:
 
@@ -93,6 +104,20 @@ class WorkflowBackend:
         def stored_result(
             self, result_id: str, fields: list, old_layout_result: bytes | None
         ) -> ThreadmillTaskResult: ...
+
+    def finish_settling(self) -> int:
+        """Continue every release of children a call cut short, in bounded calls, until none is left; return how many.
+
+        The acknowledgement that ran out of budget calls it at once; the sweeper calls it too, for a
+        worker that stopped between the two.
+        """
+        total = 0
+        for _ in range(MAX_SETTLE_CALLS):
+            settled, left = self.scripts.continue_settling(self.config.result_ttl)
+            total += settled
+            if not left:
+                break
+        return total
 
     def new_task_id(self) -> str:
         """Return a new task id for a workflow node (one partition: workflows live in partition 0)."""

@@ -5,6 +5,9 @@ an older release's worker, and today the reaper, recovery and cancel, record fin
 without doing so. This duty settles those parents through the same Lua (`sweep_waiting.lua`), so
 such children start within `SWEEP_INTERVAL_S` or two. A queue without waiting tasks costs one
 script call running one ZRANGE a sweep: an idle pool pays 0.4 commands a second per queue for it.
+Each sweep also continues the releases a call cut short at its budget that no acknowledgement
+continued (the acknowledging worker stopped between the two calls): one script call running one
+LLEN when the settling list is empty, 0.4 commands a second.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ class Sweeper(Duty):
         return max(SWEEP_INTERVAL_S, self.backend.config.broker_interval)
 
     def run_once(self, pass_: BrokerPass) -> int:
-        """Sweep every queue in every partition; return how many parents were settled."""
-        return pass_.serve_each(self.sweep)
+        """Sweep every queue in every partition, then continue the releases cut short; return how many were settled."""
+        swept = pass_.serve_each(self.sweep)
+        # Workflows live in partition 0 in this release, so its settling list is the only one.
+        return swept + (pass_.attempt(0, self.backend.finish_settling) or 0)
 
     def sweep(self, queue_name: str, partition: int) -> int:
         """Sweep one queue's waiting segment in one partition, a batch a call; return how many parents were settled."""

@@ -36,7 +36,9 @@
 --                       `attempts` field; "" or absent (an older caller): none
 -- A workflow task (its hash has a `workflow` field, read in the fence's own HMGET, so a plain task
 -- runs no command more) releases or fails its children here, once its fence accepted it (lib/workflow).
--- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it
+-- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it, 2 where stored
+--          and its release ran out of the call's budget: the rest waits on the settling list for
+--          continue_settling.lua, which the caller runs next (the sweep finds it otherwise)
 -- include: unique
 -- include: workflow
 local ttl = tonumber(ARGV[1])
@@ -86,8 +88,12 @@ for i = 1, n do
     end
     redis.call('HDEL', task, 'lease_worker', 'lease_token', 'lease_started_at')
     redis.call('EXPIRE', task, ttl)
+    local stored = 1
     if workflow then
       workflow_budget = settle_workflow(task, id, workflow, node, ARGV[a + 4] == 'failed', now, ttl, workflow_budget)
+      if workflow_budget <= 0 then
+        stored = 2
+      end
     end
     local running, finished = KEYS[k + 2], KEYS[k + 3]
     leaving[running] = leaving[running] or {}
@@ -104,7 +110,7 @@ for i = 1, n do
     if mark then
       mark[j] = mark[j] + 1
     end
-    accepted[i] = 1
+    accepted[i] = stored
   else
     accepted[i] = 0
   end

@@ -9,9 +9,10 @@
 -- of a failed parent whose policy is "cancel" is recorded failed at once, field `upstream_failed`
 -- naming the parent, and settles its own children in the same call (breadth first).
 -- Bounded: one script call visits at most WORKFLOW_BUDGET children; the rest keep their parent in
--- their pending sets and the broker's sweeper (sweep_waiting.lua) settles them in later calls. A
--- task's outcome is counted in the record once, marked by its `counted` field, however many calls
--- settle its children.
+-- their pending sets, and a call that ran out of budget pushes the tasks it had not finished onto
+-- the `<prefix>:settling` list, which the next calls (continue_settling.lua) pop and settle at once;
+-- the broker's sweeper (sweep_waiting.lua) still finds whatever no call continued. A task's outcome
+-- is counted in the record once, marked by its `counted` field, however many calls settle its children.
 
 -- Most children one script call visits: a call that fails 1,000 took 42-46 ms of the server (about 12
 -- commands a child), the longest a workflow makes one call; the sweeper settles the rest.
@@ -45,7 +46,8 @@ end
 
 -- Count final task `id`'s outcome (`failed` true for a failure) in workflow `wid`'s record and release or
 -- fail its children, theirs after them, visiting at most `budget` children; push one wake token per queue
--- that got a ready task. Returns the budget left.
+-- that got a ready task. Returns the budget left: 0 when it may have stopped short, the tasks it did not
+-- finish then on the settling list.
 local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget)
   local prefix = prefix_of(task_key, id)
   local record = prefix .. ':workflow:' .. wid
@@ -72,6 +74,12 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
         woken[queue] = true
       end
       redis.call('SREM', children_key, child)
+    end
+  end
+  if budget <= 0 then
+    -- The task the budget ran out in (it may have children left) and the cascade's queue after it.
+    for i = math.max(head - 1, 1), #settling do
+      redis.call('RPUSH', prefix .. ':settling', settling[i][1])
     end
   end
   for queue in pairs(woken) do
