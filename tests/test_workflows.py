@@ -9,7 +9,7 @@ from django.tasks import TaskResultStatus, task_backends
 from django.test import override_settings
 
 from tests import tasks
-from tests.worker.conftest import start_worker, wait_until  # noqa: F401 - start_worker is a fixture
+from tests.worker.conftest import run_worker, start_worker, wait_until  # noqa: F401 - start_worker is a fixture
 from threadmill.base import Segment
 from threadmill.exceptions import WorkflowError
 from threadmill.workflows import MAX_TASKS, Workflow
@@ -29,7 +29,7 @@ def pool(start_worker):
 
 
 def _finish(run) -> None:
-    """Wait until every task of the workflow `run` is final (a pool's `--exit-empty` would stop at a waiting one)."""
+    """Wait until every task of the workflow `run` is final (the pool runs on: it was started without `--exit-empty`)."""
 
     def final():
         run.refresh()
@@ -109,6 +109,36 @@ def test_a_fan_out_of_three_thousand_is_released_well_within_a_sweep_and_runs_ea
     assert runs == {f"c{i}": 1 for i in range(3000)}
     run.refresh()
     assert run.counts["SUCCESSFUL"] == 3001 and run.status == TaskResultStatus.SUCCESSFUL
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_an_exit_empty_pool_drains_a_diamond_to_its_join_then_exits(backend, processes):
+    wf = Workflow()
+    top = wf.add(tasks.spell, ("top", 0.3))
+    left = wf.add(tasks.spell, ("left", 0.1), after=[top])
+    right = wf.add(tasks.spell.using(queue_name="emails"), ("right", 0.2), after=[top])
+    wf.add(tasks.spell, ("join",), after=[left, right])
+    run = wf.enqueue()
+    # Two processes: one runs the top while the other finds nothing and waits, idle, for the release.
+    done = run_worker("--exit-empty", "-w", processes, "-t", "1", "-q", "default,emails")
+    assert done.returncode == 0, done.stderr
+    run.refresh()
+    assert run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 4, "FAILED": 0}
+    spells = _spells(backend)
+    assert spells["join"][0] >= max(spells["left"][1], spells["right"][1]) >= spells["top"][1]
+
+
+def test_an_exit_empty_pool_exits_with_a_child_waiting_on_a_parent_in_a_queue_it_does_not_serve(backend):
+    wf = Workflow()
+    parent = wf.add(tasks.spell.using(queue_name="emails"), ("parent",))
+    child = wf.add(tasks.spell, ("child",), after=[parent])
+    wf.add(tasks.spell, ("alone",))
+    wf.enqueue()
+    done = run_worker("--exit-empty", "-w", "1", "-t", "1", "-q", "default")
+    assert done.returncode == 0, done.stderr
+    assert set(_spells(backend)) == {"alone"}
+    assert backend.get_result(child.id).segment is Segment.WAITING
+    assert backend.get_result(parent.id).segment is Segment.READY
 
 
 def test_a_failure_cascades_down_a_three_level_graph_and_spares_the_other_branch(backend, pool):

@@ -196,3 +196,15 @@ def test_continue_settling_with_nothing_cut_short_runs_one_command(backend):
     assert backend.scripts.continue_settling(backend.config.result_ttl) == (0, 0)
     calls = {k: v["calls"] for k, v in backend.client.info("commandstats").items() if "resetstat" not in k}
     assert calls == {"cmdstat_evalsha": 1, "cmdstat_llen": 1}
+
+
+def test_awaits_release_while_a_parent_is_ready_or_running_and_not_after(backend):
+    assert backend.scripts.awaits_release(["default"]) is False
+    _run, _parent, child = _chain(backend)
+    assert backend.scripts.awaits_release(["default"]) is True  # the parent is ready
+    assert backend.scripts.awaits_release(["emails"]) is False  # nothing of that queue waits
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.scripts.awaits_release(["emails", "default"]) is True  # the parent runs
+    assert backend.acknowledge(_succeeded(leased)) is True
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert backend.scripts.awaits_release(["default"]) is False  # released: nothing waits

@@ -36,6 +36,7 @@ READ_BATCH = 1000
 _enqueue_workflow = LuaScript(script_source("enqueue_workflow"))
 _sweep_waiting = LuaScript(script_source("sweep_waiting"))
 _continue_settling = LuaScript(script_source("continue_settling"))
+_awaits_release = LuaScript(script_source("awaits_release"))
 #: Most continue_settling calls one `finish_settling` makes: 10 settle the largest workflow's fan-out.
 MAX_SETTLE_CALLS = 100
 
@@ -84,6 +85,15 @@ class WorkflowScripts(ScriptHost):
         settled, left = self._run(_continue_settling, [k.workflow_settling(), k.task_prefix()], [int(result_ttl)])
         return int(settled), int(left)
 
+    @translate_errors
+    def awaits_release(self, queue_names: Sequence[str]) -> bool:
+        """Whether a waiting task of `queue_names` may still be released: one waits and one is ready or running."""
+        k = self.keys
+        keys = []
+        for name in queue_names:
+            keys += [k.segment(name, Segment.WAITING), k.segment(name, Segment.READY), k.segment(name, Segment.RUNNING)]
+        return bool(self._run(_awaits_release, keys, []))
+
 
 class WorkflowBackend:
     """What `RedisTaskBackend` does for workflows: new ids, the enqueue and the read."""
@@ -118,6 +128,12 @@ class WorkflowBackend:
             if not left:
                 break
         return total
+
+    def awaits_release(self, queue_names: Sequence[str]) -> bool:
+        """Whether a task of `queue_names` waits on a parent in them that is ready or running (`--exit-empty` stays)."""
+        if self.partition_count > 1:
+            return False  # no workflow is stored with partitions > 1
+        return self.scripts.awaits_release(queue_names)
 
     def new_task_id(self) -> str:
         """Return a new task id for a workflow node (one partition: workflows live in partition 0)."""

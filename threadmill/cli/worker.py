@@ -127,7 +127,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exit-empty",
         action="store_true",
-        help="Exit 0 once no ready task is left on the queues and every process is idle.",
+        help=(
+            "Exit 0 once no ready task is left on the queues and every process is idle "
+            "(a workflow task waiting on a ready or running task of these queues is waited for)."
+        ),
     )
     parser.add_argument(
         "--shutdown-timeout",

@@ -10,6 +10,11 @@ same turns it writes what running tasks reported (`threadmill.set_progress`, `se
 before the acknowledgements, fenced by the same leases) and looks for abort requests
 (`aborts.py`).
 
+Under `--exit-empty` a fetch that leases nothing ends the fetching, unless a workflow task of the
+process's queues waits while one of them holds a ready or running task (`awaits_release`): its
+parent may be that task, so the process goes on as if it were not draining, until nothing can
+release a waiting task any more (a parent in a queue it does not serve is not waited for).
+
 An idle process (nothing ready, nothing held) does not poll: it blocks on its queues' wake
 lists, which every script that makes a task ready pushes one token onto (one token wakes one
 worker; a full acquire passes it on), and on its own wake list, which a stop signal pushes.
@@ -362,6 +367,14 @@ class Fetcher(ProcessHost):
             self._unanswered.append(token_base)
             raise
         answered_at = time.monotonic()
+        # Under --exit-empty an empty fetch ends the process unless a workflow task of its queues can still be
+        # released by a task that is ready or running in them: then it waits, as an idle process does.
+        awaits_release = (
+            not results
+            and self.config.exit_empty
+            and not results.held_back
+            and self.backend.awaits_release(self.config.queues)
+        )
         with self._lock:
             self.prefetch.acquired(answered_at - sent_at)
             if self.budget is not None and len(results) < count:
@@ -381,10 +394,14 @@ class Fetcher(ProcessHost):
                 offset = results[0].lease_started_at.timestamp() - sent_at
                 self.buffer.extend(Buffered(result, expires, epoch, offset) for result in results)
                 self._has_tasks.notify(len(results))
-            elif not self.holds_leases and (results.held_back or not self.config.exit_empty):
+            elif not self.holds_leases and (results.held_back or not self.config.exit_empty or awaits_release):
                 # Nothing leased and nothing held: wait on the server, woken by the next enqueue, by an
-                # acknowledgement that frees a slot of a held-back queue, or when its next rate token is due.
+                # acknowledgement that frees a slot of a held-back queue or releases a child, or when its next
+                # rate token is due. Awaiting a release, it looks again sooner: a cascade that fails the
+                # waiting tasks wakes no one.
                 wait_s = IDLE_WAIT_S if results.next_token_s is None else min(IDLE_WAIT_S, results.next_token_s)
+                if awaits_release:
+                    wait_s = min(wait_s, self.backend.config.poll_max_interval)
                 self._idle, self._next_fetch_at, self._idle_until = True, float("inf"), answered_at + wait_s
             elif results.next_token_s is not None:
                 # Tasks run here and a rate holds the rest back: fetch again when its next token is due,
@@ -399,7 +416,7 @@ class Fetcher(ProcessHost):
                 if self.budget is not None and self.budget <= 0:
                     self.recycled = True
                     self._enter(Phase.DRAINING)
-                elif not results and self.config.exit_empty and not results.held_back:
+                elif not results and self.config.exit_empty and not results.held_back and not awaits_release:
                     self._enter(Phase.DRAINING)
 
     def _write_reports(self, pending: list[PendingReport]) -> None:

@@ -12,7 +12,8 @@ process's (`heartbeat_confirmed` is what the telemetry thread calls).
 
 The process moves through these phases (`Phase`); `_enter` is the only place that changes it:
 
-- FETCHING -> DRAINING: the `--max-tasks` budget is spent, or `--exit-empty` found nothing ready.
+- FETCHING -> DRAINING: the `--max-tasks` budget is spent, or `--exit-empty` found nothing ready
+  and no waiting workflow task its queues' ready or running tasks may release.
   Everything buffered still runs.
 - FETCHING -> QUIET: `quiet()` (an operator's "quiet"). Nothing more is fetched; what is buffered
   and running finishes and is acknowledged; the process stays alive until it is stopped.
