@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -151,8 +152,15 @@ class WorkerVerbs(ToolingHost):
             return_value = return_value_of(result)
         return self.acknowledge_many([(result, return_value)])[0]
 
-    def acknowledge_many(self, outcomes: Sequence[tuple[ThreadmillTaskResult, Any]]) -> list[bool]:
-        """Acknowledge several finished results in one script call, each fenced by its lease token."""
+    def acknowledge_many(
+        self, outcomes: Sequence[tuple[ThreadmillTaskResult, Any]], *, settle_in_background: bool = False
+    ) -> list[bool]:
+        """Acknowledge several finished results in one script call, each fenced by its lease token.
+
+        A workflow task's release of children that ran out of the call's budget is continued at once
+        (`finish_settling`), in this call or, with `settle_in_background`, on a thread of its own, so a
+        worker's fetcher goes on leasing and acknowledging while the rest of a large fan-out is released.
+        """
         entries = []
         for result, return_value in outcomes:
             segment = Segment.SUCCESSFUL if result.status == TaskResultStatus.SUCCESSFUL else Segment.FAILED
@@ -174,7 +182,10 @@ class WorkerVerbs(ToolingHost):
             accepted = [by_id[entry[0]] for entry in entries]
         if CUT_SHORT in accepted:
             # A release of children ran out of the call's budget: continue it now, not at the next sweep.
-            self.finish_settling()
+            if settle_in_background:
+                threading.Thread(target=self._finish_settling_or_log, name="threadmill-settle", daemon=True).start()
+            else:
+                self.finish_settling()
         for (result, _), ok in zip(outcomes, accepted, strict=True):
             if not ok:
                 logger.warning(
@@ -184,6 +195,12 @@ class WorkerVerbs(ToolingHost):
                     result.lease_token,
                 )
         return [bool(ok) for ok in accepted]
+
+    def _finish_settling_or_log(self) -> None:
+        try:
+            self.finish_settling()
+        except Exception as e:  # noqa: BLE001 - a thread's last word; the sweeper continues the release
+            logger.warning("Continuing a workflow's release of children failed (%s); the sweeper finishes it.", e)
 
     def release(self, results: Sequence[ThreadmillTaskResult]) -> int:
         """Hand leased tasks that never started back to ready, where they were, with no attempt recorded.

@@ -87,9 +87,10 @@ class WorkflowScripts(ScriptHost):
 
     @translate_errors
     def awaits_release(self, queue_names: Sequence[str]) -> bool:
-        """Whether a waiting task of `queue_names` may still be released: one waits and one is ready or running."""
+        """Whether a waiting task of `queue_names` may still be released: one waits, and one is ready or running
+        or a release is being continued."""
         k = self.keys
-        keys = []
+        keys = [k.workflow_settling()]
         for name in queue_names:
             keys += [k.segment(name, Segment.WAITING), k.segment(name, Segment.READY), k.segment(name, Segment.RUNNING)]
         return bool(self._run(_awaits_release, keys, []))

@@ -65,6 +65,7 @@ class ProcessHost:
     _shutdown_at: float
     _outcomes_since: float
     _next_fetch_at: float
+    _last_fetch_empty: bool
     _poll_pause: float
     _offline_until: float
     _offline_since: float | None

@@ -144,6 +144,8 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         self._shutdown_at = float("inf")
         self._outcomes_since = 0.0
         self._next_fetch_at = 0.0
+        #: Whether the last acquire leased nothing: an idle process then acknowledges before fetching again.
+        self._last_fetch_empty = False
         self._poll_pause = backend.config.poll_interval
         self._offline_until = 0.0
         self._offline_since: float | None = None
