@@ -1,7 +1,7 @@
 """Run the benchmarks: `python -m tests.benchmarks [NAME ...]`, each NAME a benchmark listed below or `charts`.
 
-With no name it runs every benchmark but `faults`, `cluster`, `integrations`, `memory` and `backlog`, then renders the
-charts. `charts` alone re-renders the charts from the JSON results without measuring anything.
+With no name it runs every benchmark but `faults`, `cluster`, `integrations`, `memory`, `backlog` and `workflows`, then
+renders the charts. `charts` alone re-renders the charts from the JSON results without measuring anything.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import signal
 
 BENCHMARKS = (
     "backend", "drain", "remote", "fairness", "idle", "deferred", "enqueue", "memory", "faults", "cluster",
-    "integrations", "start", "backlog",
+    "integrations", "start", "backlog", "workflows",
 )  # fmt: skip
 #: What runs when no benchmark is named; the fault table takes minutes of real outages and the
 #: cluster drain starts a cluster of its own, so both only on request. The remote drain and the
@@ -28,6 +28,7 @@ KNOWN_PEERS = {
     "enqueue": ("dramatiq", "celery", "huey", "rq"),
     "memory": ("dramatiq", "celery", "rq"),
     "start": ("dramatiq", "rq", "celery", "huey"),
+    "workflows": ("celery", "dramatiq"),
 }
 
 
@@ -190,6 +191,10 @@ def main() -> None:
             peer_names=peers_for("start", args.peers),
             against=args.against,
         )
+    if "workflows" in args.benchmarks:
+        from . import workflows
+
+        workflows.run(repeats=args.repeats or 3, peer_names=peers_for("workflows", args.peers))
     if "memory" in args.benchmarks:
         from . import memory
 
