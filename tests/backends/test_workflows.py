@@ -208,3 +208,20 @@ def test_awaits_release_while_a_parent_is_ready_or_running_and_not_after(backend
     assert backend.acknowledge(_succeeded(leased)) is True
     assert backend.get_result(child.id).segment is Segment.READY
     assert backend.scripts.awaits_release(["default"]) is False  # released: nothing waits
+
+
+def test_an_older_brokers_sweep_alone_finishes_a_release_cut_short_and_the_list_left_is_harmless(backend):
+    run = _wide_cascade()
+    leased = backend.acquire("default", worker="w")[0]
+    failed = dataclasses.replace(leased, status=TaskResultStatus.FAILED)
+    entry = (leased.id, "default", leased.lease_token, codec.encode_result(failed, None), Segment.FAILED)
+    assert backend.scripts.acknowledge([entry], backend.config.result_ttl, 0) == [2]
+    # The previous release's sweeper walks the waiting segment and never reads the settling list.
+    assert Sweeper(backend).sweep("default", 0) > 0
+    done = {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1202}
+    assert backend.get_workflow(run.id).counts == done
+    # What it left on the list settles nothing twice when this release's sweeper continues it.
+    assert backend.client.llen(f"{PREFIX}:settling") > 0
+    backend.finish_settling()
+    assert backend.get_workflow(run.id).counts == done
+    assert not backend.client.exists(f"{PREFIX}:settling")
