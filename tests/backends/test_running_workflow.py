@@ -176,3 +176,10 @@ def test_a_task_this_workflow_cannot_hold_raises_before_anything_is_sent(backend
     with pytest.raises(WorkflowError, match="on_parent_failure must be one of"):
         _workflow(backend, caller).add(tasks.echo, on_parent_failure="ignore")
     assert _stored(backend) == stored
+
+
+def test_a_parent_whose_result_expired_is_left_out_of_the_parents(backend, graph):
+    _run, nodes, caller, _bystander = graph
+    backend.client.delete(f"{PREFIX}:task:{nodes['root'].id}")
+    parents = _workflow(backend, caller).parents
+    assert (len(parents), list(parents), parents.get("root")) == (0, [], None)

@@ -20,7 +20,7 @@ from django.utils.json import normalize_json
 
 from ..base import Segment, ThreadmillTaskResult
 from ..exceptions import WorkflowError
-from ..running_workflow import StoredWorkflow
+from ..running_workflow import ParentResults, StoredWorkflow
 from ..workflows import COUNT_KEYS, MAX_TASKS, WorkflowResult, status_of
 from . import codec
 from .errors import translate_errors
@@ -217,15 +217,17 @@ class WorkflowBackend:
         return StoredWorkflow(wid, codec.text(name), me, ids, parents)
 
     @translate_errors
-    def workflow_results(self, nodes: dict[str, str]) -> dict[str, TaskResult]:
-        """Return the stored result of each (node name -> task id) of `nodes` in one round trip; gone ones left out."""
-        if not nodes:
-            return {}
+    def workflow_results(self, nodes: dict[str, str]) -> ParentResults:
+        """Return the stored result of each (node name -> task id) of `nodes`, read in one round trip; gone ones left out."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in nodes.values():
             pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
-        found = zip(nodes.items(), pipe.execute(), strict=True)
-        return {name: self.stored_result(task_id, fields, None) for (name, task_id), fields in found if fields[0]}
+        replies = pipe.execute() if nodes else []
+        found = {name: (task_id, fields) for (name, task_id), fields in zip(nodes.items(), replies, strict=True)}
+        return ParentResults({name: read for name, read in found.items() if read[1][0]}, self._parent_result)
+
+    def _parent_result(self, read: tuple[str, list]) -> TaskResult:
+        return self.stored_result(read[0], read[1], None)
 
     def add_to_workflow(
         self,
