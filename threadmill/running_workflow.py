@@ -121,19 +121,20 @@ class RunningWorkflow:
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
         *,
-        before: Iterable[str | AddedNode] = (),
+        before: str | Iterable[Any] = (),
         name: str | None = None,
         on_parent_failure: str = "cancel",
     ) -> AddedNode:
         """Add a call of `task` that runs after this task, and that each node of `before` waits for; return its node.
 
-        One script call, all or nothing. Raises WorkflowError, storing nothing, for a `before`
+        `before` holds node names, or nodes `add` or `Workflow.add` returned (one name alone
+        is one node). One script call, all or nothing. Raises WorkflowError, storing nothing, for a `before`
         node that does not exist, has started or is not a child of this task, a taken name, an
         unknown policy, a workflow at `MAX_TASKS`, or a task this workflow cannot hold.
         """
         if on_parent_failure not in POLICIES:
             raise WorkflowError(f"on_parent_failure must be one of {POLICIES}, not {on_parent_failure!r}.")
-        targets = [self._before(node) for node in before]
+        targets = list(dict.fromkeys(self._before(node) for node in ([before] if isinstance(before, str) else before)))
         names = [name] if name is not None else self._default_names(task)
         for node_name in names:
             if not isinstance(node_name, str) or not node_name:
@@ -155,10 +156,11 @@ class RunningWorkflow:
 
         return await sync_to_async(self.add, thread_sensitive=False)(task, args, kwargs, **options)
 
-    def _before(self, node: str | AddedNode) -> tuple[str, str]:
-        node_name = node.name if isinstance(node, AddedNode) else node
+    def _before(self, node: Any) -> tuple[str, str]:
+        """Return the (name, id) of a node named in `before`: a name, or a node `add` or `Workflow.add` returned."""
+        node_name = node if isinstance(node, str) else getattr(node, "name", None)
         task_id = self._stored.ids.get(node_name) if isinstance(node_name, str) else None
-        if task_id is None:
+        if not isinstance(node_name, str) or task_id is None or task_id != getattr(node, "id", task_id):
             raise WorkflowError(f"before= names {node!r}, which is not a node of workflow {self.id}.")
         return node_name, task_id
 

@@ -183,3 +183,16 @@ def test_a_parent_whose_result_expired_is_left_out_of_the_parents(backend, graph
     backend.client.delete(f"{PREFIX}:task:{nodes['root'].id}")
     parents = _workflow(backend, caller).parents
     assert (len(parents), list(parents), parents.get("root")) == (0, [], None)
+
+
+def test_before_takes_names_nodes_and_one_name_alone_and_counts_each_once(backend, graph):
+    run, nodes, caller, _bystander = graph
+    workflow = _workflow(backend, caller)
+    first = workflow.add(tasks.echo, before="join")
+    second = workflow.add(tasks.echo, before=[first, nodes["join"], "join"])
+    join = nodes["join"].id
+    assert backend.client.smembers(f"{PREFIX}:pending:{first.id}") == {caller.id.encode(), second.id.encode()}
+    added = backend.client.hget(f"{PREFIX}:workflow:{run.id}", f"added_parents:{join}")
+    assert added == f"{first.id},{second.id}".encode()
+    with pytest.raises(WorkflowError, match="which is not a node of workflow"):
+        workflow.add(tasks.echo, before=[dataclasses.replace(first, id="another-id")])
