@@ -617,11 +617,11 @@ def spell_after_failures(key, failures=1):
 
 @task
 def workflow_seen():
-    """Return what `current_workflow()` gives this run: None, or its id, name and node."""
+    """Return what `current_workflow()` gives this run: None, or its id, name, node and whether a second call is it."""
     from threadmill import current_workflow
 
     workflow = current_workflow()
-    return None if workflow is None else [workflow.id, workflow.name, workflow.node]
+    return None if workflow is None else [workflow.id, workflow.name, workflow.node, current_workflow() is workflow]
 
 
 def _outcomes(parents) -> dict:

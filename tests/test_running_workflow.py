@@ -36,7 +36,7 @@ def test_a_plain_task_sees_no_workflow_and_a_workflow_task_sees_its_own(backend,
     node = wf.add(tasks.workflow_seen, name="look")
     run = wf.enqueue()
     assert _final(backend, plain.id).return_value is None
-    assert _final(backend, node.id).return_value == [run.id, "seen", "look"]
+    assert _final(backend, node.id).return_value == [run.id, "seen", "look", True]
 
 
 def test_a_join_reads_its_parents_results_and_a_failed_parents_error(backend, pool):
@@ -119,3 +119,12 @@ def test_bad_before_names_raise_in_the_task_and_store_nothing(backend, pool):
     assert list(run.tasks) == ["root", "caller", "last", "elsewhere"]
     assert run.counts["SUCCESSFUL"] == 4
     assert backend.client.zcard("threadmill:{default}:default:waiting") == 0
+
+
+def test_a_plain_task_after_a_workflow_task_on_the_same_thread_sees_no_workflow(backend, start_worker):
+    start_worker("-w", "1", "-t", "1", "-q", "default")
+    wf = Workflow(name="first")
+    node = wf.add(tasks.workflow_seen, name="look")
+    wf.enqueue()
+    assert _final(backend, node.id).return_value[2] == "look"
+    assert _final(backend, tasks.workflow_seen.enqueue().id).return_value is None

@@ -87,6 +87,9 @@ class RunningWorkflow:
         self._stored = stored
         self._parents: Mapping[str, TaskResult] | None = None
 
+    def __repr__(self) -> str:
+        return f"<RunningWorkflow {self.id} {self.name!r}, node {self.node!r}>"
+
     @property
     def id(self) -> str:
         return self._stored.id

@@ -57,6 +57,7 @@ def test_the_running_workflow_names_its_node_and_its_parents(backend, graph):
     run, nodes, caller, _bystander = graph
     workflow = _workflow(backend, caller)
     assert (workflow.id, workflow.name, workflow.node) == (run.id, "graph", "caller")
+    assert repr(workflow) == f"<RunningWorkflow {run.id} 'graph', node 'caller'>"
     assert list(workflow.parents) == ["root"]
     assert workflow.parents["root"].id == nodes["root"].id
     assert workflow.parents["root"].status == TaskResultStatus.SUCCESSFUL
