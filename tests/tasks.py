@@ -684,3 +684,15 @@ def add_badly(befores):
         except WorkflowError as e:
             messages.append(str(e))
     return messages
+
+
+@task(retry=ExponentialBackoff(base_delay=0.05, max_retries=2, jitter=0))
+def add_named_then_fail_once(count, join):
+    """Add `count` named spells that `join` waits for, then fail the first run (counted in `test:runs`)."""
+    from threadmill import current_workflow
+
+    workflow = current_workflow()
+    added = [workflow.add(spell, (f"chunk-{i}",), before=[join], name=f"chunk-{i}").id for i in range(count)]
+    if _runs().hincrby("test:runs", "add_named_then_fail_once", 1) == 1:
+        raise RuntimeError("the first run fails after adding")
+    return added

@@ -128,3 +128,17 @@ def test_a_plain_task_after_a_workflow_task_on_the_same_thread_sees_no_workflow(
     wf.enqueue()
     assert _final(backend, node.id).return_value[2] == "look"
     assert _final(backend, tasks.workflow_seen.enqueue().id).return_value is None
+
+
+def test_a_retried_task_that_names_its_additions_adds_each_once(backend, pool):
+    wf = Workflow()
+    spread = wf.add(tasks.add_named_then_fail_once, (3, "join"), name="spread")
+    join = wf.add(tasks.read_parents, ("join",), after=[spread], name="join")
+    run = wf.enqueue()
+    _finish(run)
+    assert int(backend.client.hget("test:runs", "add_named_then_fail_once")) == 2
+    assert list(run.tasks) == ["spread", "join", "chunk-0", "chunk-1", "chunk-2"]
+    assert backend.get_result(join.id).return_value == {
+        "spread": [run.tasks[f"chunk-{i}"].id for i in range(3)],
+        **{f"chunk-{i}": f"chunk-{i}" for i in range(3)},
+    }

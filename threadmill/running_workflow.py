@@ -86,6 +86,8 @@ class RunningWorkflow:
         self._task_id = task_id
         self._stored = stored
         self._parents: Mapping[str, TaskResult] | None = None
+        #: The nodes this run added: a name among them is taken, one an earlier attempt added is returned.
+        self._added: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<RunningWorkflow {self.id} {self.name!r}, node {self.node!r}>"
@@ -131,12 +133,16 @@ class RunningWorkflow:
         """Add a call of `task` that runs after this task, and that each node of `before` waits for; return its node.
 
         `before` holds node names, or nodes `add` or `Workflow.add` returned (one name alone
-        is one node). One script call, all or nothing. Raises WorkflowError, storing nothing, for a `before`
+        is one node). A `name` an earlier attempt of this task added returns that node and
+        stores nothing, so a retried task that names its additions adds each once. One script
+        call, all or nothing. Raises WorkflowError, storing nothing, for a `before`
         node that does not exist, has started or is not a child of this task, a taken name, an
         unknown policy, a workflow at `MAX_TASKS`, or a task this workflow cannot hold.
         """
         if on_parent_failure not in POLICIES:
             raise WorkflowError(f"on_parent_failure must be one of {POLICIES}, not {on_parent_failure!r}.")
+        if name is not None and (earlier := self._added_earlier(name)) is not None:
+            return earlier
         targets = list(dict.fromkeys(self._before(node) for node in ([before] if isinstance(before, str) else before)))
         names = [name] if name is not None else self._default_names(task)
         for node_name in names:
@@ -148,6 +154,7 @@ class RunningWorkflow:
             )
             if code == 1:
                 self._stored.ids[node.name] = node.id
+                self._added.add(node.name)
                 return node
             if code != -3 or name is not None:
                 raise WorkflowError(refusal(code, targets[at - 1][0] if at else "", node.name))
@@ -158,6 +165,14 @@ class RunningWorkflow:
         from asgiref.sync import sync_to_async
 
         return await sync_to_async(self.add, thread_sensitive=False)(task, args, kwargs, **options)
+
+    def _added_earlier(self, name: str) -> AddedNode | None:
+        """Return node `name` when an earlier attempt of this task added it (a retry adds it once), else None."""
+        task_id = self._stored.ids.get(name)
+        if task_id is None or name in self._added or self._backend.added_by(task_id) != self._task_id:
+            return None
+        self._added.add(name)
+        return AddedNode(name, task_id)
 
     def _before(self, node: Any) -> tuple[str, str]:
         """Return the (name, id) of a node named in `before`: a name, or a node `add` or `Workflow.add` returned."""

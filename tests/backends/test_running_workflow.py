@@ -197,3 +197,21 @@ def test_before_takes_names_nodes_and_one_name_alone_and_counts_each_once(backen
     assert added == f"{first.id},{second.id}".encode()
     with pytest.raises(WorkflowError, match="which is not a node of workflow"):
         workflow.add(tasks.echo, before=[dataclasses.replace(first, id="another-id")])
+
+
+def test_a_retried_caller_that_names_its_addition_gets_the_earlier_node_and_stores_nothing(backend, graph):
+    _run, _nodes, caller, _bystander = graph
+    workflow = _workflow(backend, caller)
+    first = workflow.add(tasks.echo, before=["join"], name="chunk")
+    with pytest.raises(WorkflowError, match="The node name 'chunk' is taken"):
+        workflow.add(tasks.echo, name="chunk")  # the same run: a second node of that name
+    assert backend.requeue(caller) is True
+    [retried] = [r for r in backend.acquire("default", worker="w", count=2) if r.id == caller.id]
+    again = _workflow(backend, retried)
+    stored = _stored(backend)
+    assert again.add(tasks.echo, before=["join"], name="chunk") == first
+    assert _stored(backend) == stored
+    with pytest.raises(WorkflowError, match="The node name 'chunk' is taken"):
+        again.add(tasks.echo, name="chunk")
+    with pytest.raises(WorkflowError, match="The node name 'join' is taken"):
+        again.add(tasks.echo, name="join")  # a node the caller did not add is never returned

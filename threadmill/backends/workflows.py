@@ -229,6 +229,11 @@ class WorkflowBackend:
     def _parent_result(self, read: tuple[str, list]) -> TaskResult:
         return self.stored_result(read[0], read[1], None)
 
+    @translate_errors
+    def added_by(self, task_id: str) -> str | None:
+        """Return the id of the task that added task `task_id` at run time, None for one enqueued with its workflow."""
+        return codec.text(self.client.hget(self.keys.task(task_id), "added_by")) or None
+
     def add_to_workflow(
         self,
         stored: StoredWorkflow,

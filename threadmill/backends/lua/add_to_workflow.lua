@@ -12,7 +12,7 @@
 -- KEYS[1]      (hash)   the workflow's record: `graph`, `total`, `waiting`, `added_parents:<id>`
 -- KEYS[2]      (set)    every queue name
 -- KEYS[3]      (hash)   the new task's queue's totals: enqueued
--- KEYS[4]      (hash)   the new task
+-- KEYS[4]      (hash)   the new task (its `added_by` field: the caller's id)
 -- KEYS[5]      (zset)   the new task's queue's waiting segment
 -- KEYS[6]      (set)    the new task's pending set
 -- KEYS[7]      (set)    the new task's children set
@@ -68,7 +68,7 @@ for i = 1, b do
   end
 end
 redis.call('HSET', KEYS[4], 'data', ARGV[4], 'queue', ARGV[5], 'segment', 'waiting', 'score', ARGV[6],
-  'workflow', wid, 'node', ARGV[7])
+  'workflow', wid, 'node', ARGV[7], 'added_by', caller)
 if ARGV[8] == 'run' then
   redis.call('HSET', KEYS[4], 'on_parent_failure', 'run')
 end
