@@ -81,9 +81,11 @@ class StoredWorkflow:
 class RunningWorkflow:
     """The workflow of the task running on this thread: its `id`, `name`, this task's `node` and `parents`."""
 
-    def __init__(self, backend: Any, task_id: str, stored: StoredWorkflow) -> None:
+    def __init__(self, backend: Any, running: Any, stored: StoredWorkflow) -> None:
+        """Wrap `stored`, the workflow of `running`, the leased task result of the task that runs now."""
         self._backend = backend
-        self._task_id = task_id
+        self._task_id = running.id
+        self._lease_token = running.lease_token
         self._stored = stored
         self._parents: Mapping[str, TaskResult] | None = None
         #: The nodes this run added: a name among them is taken, one an earlier attempt added is returned.
@@ -150,7 +152,14 @@ class RunningWorkflow:
                 raise WorkflowError(f"A node name must be a non-empty text, not {node_name!r}.")
             node = AddedNode(node_name, self._backend.new_task_id())
             code, at = self._backend.add_to_workflow(
-                self._stored, self._task_id, node, task, args, kwargs or {}, targets, on_parent_failure
+                self._stored,
+                (self._task_id, self._lease_token),
+                node,
+                task,
+                args,
+                kwargs or {},
+                targets,
+                on_parent_failure,
             )
             if code == 1:
                 self._stored.ids[node.name] = node.id
@@ -193,7 +202,7 @@ def refusal(code: int, before: str, name: str) -> str:
     messages = {
         0: "The workflow is no longer stored (it finished and expired).",
         -1: f"A workflow holds at most {MAX_TASKS} tasks; this one is full.",
-        -2: "Only a running task of this workflow can add to it, and this task is no longer running.",
+        -2: "Only a running task of this workflow can add to it, and this task is no longer running (under this lease).",
         -3: f"The node name {name!r} is taken in this workflow.",
         -4: "The new task's id is taken by a stored task.",
         -5: f"before= names {before!r}, which is not a task of this workflow.",
@@ -240,4 +249,4 @@ async def acurrent_workflow() -> RunningWorkflow | None:
 def _read(result: Any) -> RunningWorkflow | None:
     backend = task_backends[result.backend]
     stored = backend.running_workflow(result.id) if hasattr(backend, "running_workflow") else None
-    return None if stored is None else RunningWorkflow(backend, result.id, stored)
+    return None if stored is None else RunningWorkflow(backend, result, stored)

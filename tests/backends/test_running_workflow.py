@@ -41,7 +41,7 @@ def _acknowledge(backend, leased) -> None:
 
 
 def _workflow(backend, leased) -> RunningWorkflow:
-    return RunningWorkflow(backend, leased.id, backend.running_workflow(leased.id))
+    return RunningWorkflow(backend, leased, backend.running_workflow(leased.id))
 
 
 def _stored(backend) -> dict[bytes, bytes]:
@@ -141,7 +141,7 @@ def test_a_before_task_of_another_workflow_raises_and_stores_nothing(backend, gr
     assert _stored(backend) == stored
 
 
-def test_a_full_workflow_a_taken_name_and_a_finished_caller_raise_and_store_nothing(backend, graph):
+def test_a_full_workflow_a_taken_name_a_stale_lease_and_a_finished_caller_raise_and_store_nothing(backend, graph):
     run, _nodes, caller, _bystander = graph
     workflow = _workflow(backend, caller)
     stored = _stored(backend)
@@ -154,6 +154,11 @@ def test_a_full_workflow_a_taken_name_and_a_finished_caller_raise_and_store_noth
         workflow.add(tasks.echo)
     assert _stored(backend) == stored
     backend.client.hset(f"{PREFIX}:workflow:{run.id}", "total", 5)
+    stored = _stored(backend)
+    stale = dataclasses.replace(caller, lease_token="a-lease-taken-back")
+    with pytest.raises(WorkflowError, match="this task is no longer running"):
+        _workflow(backend, stale).add(tasks.echo)
+    assert _stored(backend) == stored
     _acknowledge(backend, caller)
     stored = _stored(backend)
     with pytest.raises(WorkflowError, match="this task is no longer running"):

@@ -70,9 +70,11 @@ class WorkflowScripts(ScriptHost):
 
     @translate_errors
     def add_to_workflow(
-        self, workflow_id: str, caller: str, entry: tuple, graph_entry: str, before: Sequence[str]
+        self, workflow_id: str, caller: tuple[str, str], entry: tuple, graph_entry: str, before: Sequence[str]
     ) -> tuple[int, int]:
         """Add an (id, payload, queue, ready score, node, policy) task to a workflow after running task `caller`.
+
+        `caller` is (id, lease token): the caller must hold that lease.
 
         Each id of `before` waits for it too. Returns add_to_workflow.lua's (code, index): (1, 0) stored.
         """
@@ -80,11 +82,13 @@ class WorkflowScripts(ScriptHost):
         task_id, payload, queue, ready_score, node, policy = entry
         keys = [k.workflow(workflow_id), k.queues(), k.totals(queue), k.task(task_id)]
         keys += [k.segment(queue, Segment.WAITING), k.workflow_pending(task_id), k.workflow_children(task_id)]
-        keys += [k.task(caller), k.workflow_children(caller)]
+        caller_id, lease_token = caller
+        keys += [k.task(caller_id), k.workflow_children(caller_id)]
         for before_id in before:
             keys += [k.task(before_id), k.workflow_pending(before_id)]
         taken = "[" + json.dumps(node) + ', "'
-        args = [workflow_id, caller, task_id, payload, queue, ready_score, node, policy, taken, graph_entry, MAX_TASKS]
+        args = [workflow_id, caller_id, task_id, payload, queue, ready_score, node, policy, taken, graph_entry]
+        args += [MAX_TASKS, lease_token]
         code, index = self._run(_add_to_workflow, keys, [*args, *before])
         return int(code), int(index)
 
@@ -237,7 +241,7 @@ class WorkflowBackend:
     def add_to_workflow(
         self,
         stored: StoredWorkflow,
-        caller: str,
+        caller: tuple[str, str],
         node: AddedNode,
         task: Any,
         args: Sequence[Any],
@@ -245,7 +249,7 @@ class WorkflowBackend:
         before: Sequence[tuple[str, str]],
         policy: str,
     ) -> tuple[int, int]:
-        """Store `node`, a call of `task` after running task `caller`, before each (name, id) of `before`; one call.
+        """Store `node`, a call of `task` after running task `caller` (id, lease token), before each (name, id) of `before`.
 
         Returns add_to_workflow.lua's (code, index). Raises WorkflowError or InvalidTask for a task
         this workflow cannot hold, before anything is sent.

@@ -31,9 +31,10 @@
 -- ARGV[9]      (string) the text the graph holds when the node name is taken: `[<name as JSON>, "`
 -- ARGV[10]     (string) the new task's graph entry, JSON `[node, id, [caller's node]]`
 -- ARGV[11]     (number) most tasks a workflow holds (threadmill.workflows.MAX_TASKS)
--- ARGV[11+i]   (string) `before` task i's id
+-- ARGV[12]     (string) the caller's lease token: a copy whose lease was taken back adds nothing
+-- ARGV[12+i]   (string) `before` task i's id
 -- Returns: {code, i}: code 1 stored; 0 no such workflow; -1 the workflow holds the most tasks; -2 the
---          caller is not a running task of this workflow; -3 the node name is taken; -4 the new id is
+--          caller is not a running task of this workflow under that lease; -3 the node name is taken; -4 the new id is
 --          taken; -5 `before` task i is not a task of this workflow; -6 it has started (it is not
 --          waiting); -7 it is not a child of the caller; i is 0 where no `before` task is meant
 local wid, caller, id = ARGV[1], ARGV[2], ARGV[3]
@@ -45,8 +46,8 @@ end
 if tonumber(record[1]) >= tonumber(ARGV[11]) then
   return {-1, 0}
 end
-local lease = redis.call('HMGET', KEYS[8], 'workflow', 'segment')
-if lease[1] ~= wid or lease[2] ~= 'running' then
+local lease = redis.call('HMGET', KEYS[8], 'workflow', 'segment', 'lease_token')
+if lease[1] ~= wid or lease[2] ~= 'running' or lease[3] ~= ARGV[12] then
   return {-2, 0}
 end
 if string.find(record[2], ARGV[9], 1, true) then
@@ -76,7 +77,7 @@ redis.call('ZADD', KEYS[5], ARGV[6], id)
 redis.call('SADD', KEYS[6], caller)
 redis.call('SADD', KEYS[9], id)
 for i = 1, b do
-  local before = ARGV[11 + i]
+  local before = ARGV[12 + i]
   redis.call('SADD', KEYS[9 + 2 * i], id)
   redis.call('SADD', KEYS[7], before)
   local field = 'added_parents:' .. before
