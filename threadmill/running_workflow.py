@@ -143,28 +143,23 @@ class RunningWorkflow:
         """
         if on_parent_failure not in POLICIES:
             raise WorkflowError(f"on_parent_failure must be one of {POLICIES}, not {on_parent_failure!r}.")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise WorkflowError(f"A node name must be a non-empty text, not {name!r}.")
         if name is not None and (earlier := self._added_earlier(name)) is not None:
             return earlier
         targets = list(dict.fromkeys(self._before(node) for node in ([before] if isinstance(before, str) else before)))
         names = [name] if name is not None else self._default_names(task)
         for node_name in names:
-            if not isinstance(node_name, str) or not node_name:
-                raise WorkflowError(f"A node name must be a non-empty text, not {node_name!r}.")
             node = AddedNode(node_name, self._backend.new_task_id())
+            caller = (self._task_id, self._lease_token)
             code, at = self._backend.add_to_workflow(
-                self._stored,
-                (self._task_id, self._lease_token),
-                node,
-                task,
-                args,
-                kwargs or {},
-                targets,
-                on_parent_failure,
+                self._stored, caller, node, task, args, kwargs or {}, targets, on_parent_failure
             )
             if code == 1:
                 self._stored.ids[node.name] = node.id
                 self._added.add(node.name)
                 return node
+            # A default name another task took since this one read the graph: try the next number.
             if code != -3 or name is not None:
                 raise WorkflowError(refusal(code, targets[at - 1][0] if at else "", node.name))
         raise WorkflowError(f"No free default node name for {names[0]!r} after {NAME_TRIES} tries.")

@@ -220,3 +220,12 @@ def test_a_retried_caller_that_names_its_addition_gets_the_earlier_node_and_stor
         again.add(tasks.echo, name="chunk")
     with pytest.raises(WorkflowError, match="The node name 'join' is taken"):
         again.add(tasks.echo, name="join")  # a node the caller did not add is never returned
+
+
+def test_a_bad_name_raises_and_stores_nothing(backend, graph):
+    _run, _nodes, caller, _bystander = graph
+    stored = _stored(backend)
+    for bad in ("", ["a list"]):
+        with pytest.raises(WorkflowError, match="A node name must be a non-empty text"):
+            _workflow(backend, caller).add(tasks.echo, name=bad)
+    assert _stored(backend) == stored
