@@ -296,7 +296,7 @@ class ActionTooling(ToolingHost):
                 return CancelOutcome.UNKNOWN
             queue_name, segment = fields[1].decode(), fields[2].decode()
             document: str | None = ""
-            if segment in ("ready", "deferred"):
+            if segment in ("waiting", "ready", "deferred"):
                 document = self._cancelled_document(task_id, fields[0], Segment(segment), by, now)
                 if document is None:
                     return CancelOutcome.UNREADABLE
@@ -308,7 +308,7 @@ class ActionTooling(ToolingHost):
 
     @staticmethod
     def _cancelled_document(task_id: str, data: bytes, segment: Segment, by: str, now: float) -> str | None:
-        """Return a ready or deferred task's document finished as cancelled by `by`; None if unreadable."""
+        """Return a waiting, ready or deferred task's document finished as cancelled by `by`; None if unreadable."""
         try:
             result = codec.decode(data, segment)
         except UNREADABLE_PAYLOAD_ERRORS as e:

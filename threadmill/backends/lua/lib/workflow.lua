@@ -29,6 +29,14 @@ local function count_outcome(task_key, record, failed)
   end
 end
 
+-- Take waiting task `id` (hash `task_key`) of workflow `wid` out of the wait it is in (its pending set, the
+-- record's waiting count); its caller moves it out of the waiting segment.
+local function leave_waiting(task_key, id, wid)
+  local prefix = prefix_of(task_key, id)
+  redis.call('DEL', prefix .. ':pending:' .. id)
+  redis.call('HINCRBY', prefix .. ':workflow:' .. wid, 'waiting', -1)
+end
+
 -- Fail waiting task `child` (hash `child_key`, of `queue`) because `parent` (node `parent_node`) failed.
 local function fail_upstream(prefix, record, child, child_key, queue, parent, parent_node, now, ttl)
   redis.call('HSET', child_key, 'segment', 'failed', 'counted', '1', 'upstream_failed',
