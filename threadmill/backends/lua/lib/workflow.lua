@@ -9,7 +9,8 @@
 -- of a failed parent whose policy is "cancel" is recorded failed at once, field `upstream_failed`
 -- naming the parent, and settles its own children in the same call (breadth first).
 -- Bounded: one script call visits at most WORKFLOW_BUDGET children; the rest keep their parent in
--- their pending sets and the broker's sweeper (sweep_waiting.lua) settles them in later calls. A
+-- their pending sets and the broker's sweeper (sweep_waiting.lua) settles them in later calls (the
+-- children sets a call cut short expire with the results, as a final child left in one needs nothing). A
 -- task's outcome is counted in the record once, marked by its `counted` field, however many calls
 -- settle its children.
 
@@ -80,6 +81,13 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
         woken[queue] = true
       end
       redis.call('SREM', children_key, child)
+    end
+  end
+  if budget <= 0 then
+    -- Cut short: a waiting child left is reached through its pending set (the sweeper), and one that is
+    -- final already needs no visit, so the sets left go with the results.
+    for i = math.max(head - 1, 1), #settling do
+      redis.call('EXPIRE', prefix .. ':children:' .. settling[i][1], ttl)
     end
   end
   for queue in pairs(woken) do
