@@ -696,3 +696,35 @@ def add_named_then_fail_once(count, join):
     if _runs().hincrby("test:runs", "add_named_then_fail_once", 1) == 1:
         raise RuntimeError("the first run fails after adding")
     return added
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+@task(retry=never_retry)
+def fail_while_flagged(key):
+    """Raise while `key` is in the test server's `test:failing` set, else return it."""
+    if _runs().sismember("test:failing", key):
+        raise RuntimeError(f"{key} is flagged to fail.")
+    return key
+
+
+@task
+def run_until_aborted(key, timeout_s=30.0):
+    """Add `key` to the test server's `test:started` set, then poll `threadmill.aborting()` until it is True."""
+    import threadmill
+
+    _runs().sadd("test:started", key)
+    deadline = time.monotonic() + timeout_s
+    while not threadmill.aborting():
+        if time.monotonic() > deadline:
+            return "never aborted"
+        time.sleep(0.01)
+    return "aborted"
+
+
+@task(timeout=SHORT_LIMIT_S, retry=never_retry)
+def sleep_past_its_limit(seconds=30.0):
+    """Sleep in short steps far past its time limit (no counter server needed)."""
+    for _ in range(int(seconds * 100)):
+        time.sleep(0.01)
