@@ -610,3 +610,121 @@ def spell_after_failures(key, failures=1):
     if _runs().hincrby("test:runs", key, 1) <= failures:
         raise RuntimeError(f"run {key} fails")
     return spell.func(key)
+
+
+# -- threadmill.current_workflow -------------------------------------------------
+
+
+@task
+def workflow_seen():
+    """Return what `current_workflow()` gives this run: None, or its id, name, node and whether a second call is it."""
+    from threadmill import current_workflow
+
+    workflow = current_workflow()
+    return None if workflow is None else [workflow.id, workflow.name, workflow.node, current_workflow() is workflow]
+
+
+def _outcomes(parents) -> dict:
+    """Each parent's return value, or the class path of its last error when it failed."""
+    return {
+        node: result.return_value if result.status == "SUCCESSFUL" else result.errors[-1].exception_class_path
+        for node, result in parents.items()
+    }
+
+
+@task
+def read_parents(key):
+    """Record a spell as `spell` does and return each parent's outcome (`_outcomes`) by node name."""
+    from threadmill import current_workflow
+
+    outcomes = _outcomes(current_workflow().parents)
+    spell.func(key)
+    return outcomes
+
+
+@task
+async def async_read_parents():
+    """`read_parents` from an `async def` task, through `acurrent_workflow` and `aparents`."""
+    from threadmill import acurrent_workflow
+
+    workflow = await acurrent_workflow()
+    return _outcomes(await workflow.aparents())
+
+
+@task
+def fan_out(count, join):
+    """Add `count` spells that node `join` waits for; return the added nodes' names."""
+    from threadmill import current_workflow
+
+    workflow = current_workflow()
+    added = [workflow.add(spell, (f"added-{i}", 0.05), before=[join]) for i in range(count)]
+    spell.func("fan-out")
+    return [node.name for node in added]
+
+
+@task
+async def async_fan_out(count, join):
+    """`fan_out` from an `async def` task, through `aadd`."""
+    from threadmill import acurrent_workflow
+
+    workflow = await acurrent_workflow()
+    return [(await workflow.aadd(spell, (f"added-{i}",), before=[join])).name for i in range(count)]
+
+
+@task
+def add_badly(befores):
+    """Try `add` with each of `befores` (a list of before= lists); return each WorkflowError's message."""
+    from threadmill import current_workflow
+    from threadmill.exceptions import WorkflowError
+
+    messages = []
+    for before in befores:
+        try:
+            current_workflow().add(spell, ("never",), before=before)
+        except WorkflowError as e:
+            messages.append(str(e))
+    return messages
+
+
+@task(retry=ExponentialBackoff(base_delay=0.05, max_retries=2, jitter=0))
+def add_named_then_fail_once(count, join):
+    """Add `count` named spells that `join` waits for, then fail the first run (counted in `test:runs`)."""
+    from threadmill import current_workflow
+
+    workflow = current_workflow()
+    added = [workflow.add(spell, (f"chunk-{i}",), before=[join], name=f"chunk-{i}").id for i in range(count)]
+    if _runs().hincrby("test:runs", "add_named_then_fail_once", 1) == 1:
+        raise RuntimeError("the first run fails after adding")
+    return added
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+@task(retry=never_retry)
+def fail_while_flagged(key):
+    """Raise while `key` is in the test server's `test:failing` set, else return it."""
+    if _runs().sismember("test:failing", key):
+        raise RuntimeError(f"{key} is flagged to fail.")
+    return key
+
+
+@task
+def run_until_aborted(key, timeout_s=30.0):
+    """Add `key` to the test server's `test:started` set, then poll `threadmill.aborting()` until it is True."""
+    import threadmill
+
+    _runs().sadd("test:started", key)
+    deadline = time.monotonic() + timeout_s
+    while not threadmill.aborting():
+        if time.monotonic() > deadline:
+            return "never aborted"
+        time.sleep(0.01)
+    return "aborted"
+
+
+@task(timeout=SHORT_LIMIT_S, retry=never_retry)
+def sleep_past_its_limit(seconds=30.0):
+    """Sleep in short steps far past its time limit (no counter server needed)."""
+    for _ in range(int(seconds * 100)):
+        time.sleep(0.01)

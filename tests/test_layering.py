@@ -92,6 +92,7 @@ GROUND_FLOOR = {
     "threadmill.outcome",
     "threadmill.progress",
     "threadmill.redaction",
+    "threadmill.running_workflow",
     "threadmill.retry",
     "threadmill.schedules",
     "threadmill.unique",

@@ -1,8 +1,12 @@
-"""The backend half of workflows (`threadmill.workflows`): their enqueue script's wrapper, the enqueue and the read.
+"""The backend half of workflows (`threadmill.workflows`): their scripts' wrappers, the enqueue, the read, the
+cancel and the retry.
 
 A workflow lives in partition 0's keys (one hash tag, so one slot of a cluster): its record,
 its tasks' hashes, their pending and children sets and the queues' waiting segments. The
 release is in acknowledge.lua (`lua/lib/workflow.lua`); docs/explanation/workflows.md has the design.
+A cancel or a retry of a whole workflow is a series of bounded script calls (`STEPS_PER_CALL`),
+each of which leaves the workflow consistent, so a crash between two of them is repaired by
+calling again.
 """
 
 from __future__ import annotations
@@ -13,28 +17,41 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from django.tasks import TaskResultStatus
+from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils.json import normalize_json
 
-from ..base import Segment, ThreadmillTaskResult
+from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
 from ..exceptions import WorkflowError
-from ..workflows import COUNT_KEYS, WorkflowResult, status_of
+from ..running_workflow import ParentResults, StoredWorkflow
+from ..workflows import COUNT_KEYS, MAX_TASKS, WorkflowResult, status_of
 from . import codec
+from .cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
 from .errors import translate_errors
-from .keys import PRIORITY_BAND, TASK_FIELDS
+from .keys import TASK_FIELDS, THROUGHPUT_COUNTER_TTL_S, ready_score
 from .script_source import LuaScript, ScriptHost, script_source
 
 if TYPE_CHECKING:
+    from ..running_workflow import AddedNode
     from ..workflows import Workflow, WorkflowNode
 
 #: The class path of the error a task failed because of its parent records.
 UPSTREAM_FAILED = "threadmill.exceptions.UpstreamFailed"
 #: Most task hashes one pipeline of `get_workflow` reads.
 READ_BATCH = 1000
+#: Most steps (a task, or a parent of a task the retry reads) one cancel_workflow or retry_workflow call
+#: takes: a cancel call's median was 0.4-0.55 of a 1,000-child cascade's acknowledgement (42-46 ms on a
+#: quiet VM) run beside it, a retry call's 0.15-0.25 (docs/explanation/workflows.md). A task with more
+#: parents is one call of its own.
+STEPS_PER_CALL = 500
+#: The segments of a task `cancel_workflow` cancels (or, running, asks to abort).
+CANCELLABLE = ("waiting", "ready", "deferred", "running")
 _enqueue_workflow = LuaScript(script_source("enqueue_workflow"))
 _sweep_waiting = LuaScript(script_source("sweep_waiting"))
+_add_to_workflow = LuaScript(script_source("add_to_workflow"))
+_cancel_workflow = LuaScript(script_source("cancel_workflow"))
+_retry_workflow = LuaScript(script_source("retry_workflow"))
 _continue_settling = LuaScript(script_source("continue_settling"))
 _awaits_release = LuaScript(script_source("awaits_release"))
 #: Most continue_settling calls one `finish_settling` makes: 10 settle the largest workflow's fan-out.
@@ -42,7 +59,7 @@ MAX_SETTLE_CALLS = 100
 
 
 class WorkflowScripts(ScriptHost):
-    """The enqueue_workflow script's wrapper (a base class of `scripts.RedisScripts`)."""
+    """The workflow scripts' wrappers (a base class of `scripts.RedisScripts`)."""
 
     @translate_errors
     def enqueue_workflow(self, workflow_id: str, name: str, graph: str, entries: Sequence[tuple]) -> int:
@@ -58,7 +75,7 @@ class WorkflowScripts(ScriptHost):
         for queue in queues:
             keys += [k.wake(queue), k.totals(queue)]
         args: list[Any] = [workflow_id, name, graph, len(queues), *queues]
-        for task_id, payload, queue, segment, ready_score, score, node, parents, policy in entries:
+        for task_id, payload, queue, segment, score_when_ready, score, node, parents, policy in entries:
             keys += [
                 k.task(task_id),
                 k.segment(queue, segment),
@@ -66,8 +83,33 @@ class WorkflowScripts(ScriptHost):
                 k.workflow_children(task_id),
             ]
             parent_text = ",".join(str(p) for p in parents)
-            args += [task_id, payload, index[queue], segment.value, ready_score, score, node, f"{parent_text}|{policy}"]
+            args += [task_id, payload, index[queue], segment.value, score_when_ready, score, node]
+            args.append(f"{parent_text}|{policy}")
         return self._run(_enqueue_workflow, keys, args)
+
+    @translate_errors
+    def add_to_workflow(
+        self, workflow_id: str, caller: tuple[str, str], entry: tuple, graph_entry: str, before: Sequence[str]
+    ) -> tuple[int, int]:
+        """Add an (id, payload, queue, ready score, node, policy) task to a workflow after running task `caller`.
+
+        `caller` is (id, lease token): the caller must hold that lease.
+
+        Each id of `before` waits for it too. Returns add_to_workflow.lua's (code, index): (1, 0) stored.
+        """
+        k = self.keys
+        task_id, payload, queue, ready_score, node, policy = entry
+        keys = [k.workflow(workflow_id), k.queues(), k.totals(queue), k.task(task_id)]
+        keys += [k.segment(queue, Segment.WAITING), k.workflow_pending(task_id), k.workflow_children(task_id)]
+        caller_id, lease_token = caller
+        keys += [k.task(caller_id), k.workflow_children(caller_id)]
+        for before_id in before:
+            keys += [k.task(before_id), k.workflow_pending(before_id)]
+        taken = "[" + json.dumps(node) + ', "'
+        args = [workflow_id, caller_id, task_id, payload, queue, ready_score, node, policy, taken, graph_entry]
+        args += [MAX_TASKS, lease_token]
+        code, index = self._run(_add_to_workflow, keys, [*args, *before])
+        return int(code), int(index)
 
     @translate_errors
     def sweep_waiting(self, queue_name: str, first: int, count: int, result_ttl: float) -> tuple[int, int]:
@@ -77,6 +119,45 @@ class WorkflowScripts(ScriptHost):
             _sweep_waiting, [k.segment(queue_name, Segment.WAITING), k.task_prefix()], [first, count, int(result_ttl)]
         )
         return int(settled), int(looked)
+
+    @translate_errors
+    def cancel_workflow(
+        self, entries: Sequence[tuple[str, str, str, str]], result_ttl: float, request: str, minute: int
+    ) -> list[int]:
+        """Cancel (task id, queue, segment read, document) entries of one workflow; return cancel.lua's code each."""
+        k = self.keys
+        queues = list(dict.fromkeys(entry[1] for entry in entries))
+        index = {queue: j for j, queue in enumerate(queues, 1)}
+        keys: list[str] = []
+        for queue in queues:
+            keys += [k.totals(queue), k.throughput(queue, "egress", minute), k.throughput(queue, "failed", minute)]
+            keys.append(k.segment(queue, Segment.FAILED))
+        args: list[Any] = [int(result_ttl), request, THROUGHPUT_COUNTER_TTL_S, len(queues)]
+        for task_id, queue, segment, document in entries:
+            read = segment if segment in ("waiting", "ready", "deferred") else "ready"
+            keys += [k.task(task_id), k.segment(queue, read)]
+            args += [task_id, segment, document, index[queue]]
+        return [int(code) for code in self._run(_cancel_workflow, keys, args)]
+
+    @translate_errors
+    def retry_workflow(
+        self, workflow_id: str, entries: Sequence[tuple[str, str, str, Sequence[str]]]
+    ) -> tuple[int, int]:
+        """Make (task id, queue, ready score, parent ids) entries of a workflow run again; return (ready, waiting)."""
+        k = self.keys
+        queues = list(dict.fromkeys(entry[1] for entry in entries))
+        index = {queue: j for j, queue in enumerate(queues, 1)}
+        keys = [k.workflow(workflow_id)]
+        for queue in queues:
+            keys += [k.segment(queue, s) for s in (Segment.FAILED, Segment.READY, Segment.WAITING)] + [k.wake(queue)]
+        args: list[Any] = [len(queues)]
+        for task_id, queue, score, parents in entries:
+            keys += [k.task(task_id), k.workflow_pending(task_id)]
+            for parent in parents:
+                keys += [k.task(parent), k.workflow_children(parent)]
+            args += [task_id, index[queue], score, ",".join(parents)]
+        ready, waiting = self._run(_retry_workflow, keys, args)
+        return int(ready), int(waiting)
 
     @translate_errors
     def continue_settling(self, result_ttl: float) -> tuple[int, int]:
@@ -157,31 +238,34 @@ class WorkflowBackend:
         return self.get_workflow(workflow_id)
 
     def _check_node(self, node: WorkflowNode) -> None:
-        self.validate_task(node.task)
+        self._check_task(node.task, node.name, bool(node.parents))
+
+    def _check_task(self, task: Any, node: str, has_parents: bool) -> None:
+        self.validate_task(task)
         for option in ("unique", "concurrency", "rate"):
-            if getattr(node.task, option, None):
-                raise WorkflowError(f"Node {node.name!r}: a workflow task cannot have {option}= in this release.")
-        if node.parents and node.task.run_after is not None:
-            raise WorkflowError(f"Node {node.name!r}: a task with parents cannot have run_after in this release.")
+            if getattr(task, option, None):
+                raise WorkflowError(f"Node {node!r}: a workflow task cannot have {option}= in this release.")
+        if has_parents and task.run_after is not None:
+            raise WorkflowError(f"Node {node!r}: a task with parents cannot have run_after in this release.")
 
     def _entry(self, node: WorkflowNode, now: float, index: dict[str, int]) -> tuple:
         task = node.task
         args, kwargs = normalize_json(list(node.args)), normalize_json(node.kwargs)
         payload = codec.encode_new(task, node.id, args, kwargs, now)
-        ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
+        score_when_ready = ready_score(task.priority, now)
         if node.parents:
-            segment, score = Segment.WAITING, ready_score
+            segment, score = Segment.WAITING, score_when_ready
         elif task.run_after is not None:
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
-            segment, score = Segment.READY, ready_score
+            segment, score = Segment.READY, score_when_ready
         parents = [index[p.id] for p in node.parents]
         return (
             node.id,
             payload,
             task.queue_name,
             segment,
-            ready_score,
+            score_when_ready,
             score,
             node.name,
             parents,
@@ -209,6 +293,166 @@ class WorkflowBackend:
         counts["READY"] = len(nodes) - sum(counts.values())
         name = record.get(b"name", b"").decode()
         return WorkflowResult(workflow_id, name, self.alias, status_of(counts), counts, tasks)
+
+    @translate_errors
+    def running_workflow(self, task_id: str) -> StoredWorkflow | None:
+        """Return the workflow of task `task_id` as stored, None when it is no workflow's task (two round trips).
+
+        Raises WorkflowError when the task names a workflow that is no longer stored.
+        """
+        workflow_id, node = self.client.hmget(self.keys.task(task_id), ["workflow", "node"])
+        if workflow_id is None:
+            return None
+        wid = workflow_id.decode()
+        name, graph, added = self.client.hmget(self.keys.workflow(wid), ["name", "graph", f"added_parents:{task_id}"])
+        if graph is None:
+            raise WorkflowError(f"Workflow {wid} of task {task_id} is no longer stored.")
+        entries = json.loads(graph)
+        ids = {entry[0]: entry[1] for entry in entries}
+        me = node.decode()
+        parents = {parent: ids[parent] for entry in entries if entry[0] == me for parent in entry[2]}
+        if added:
+            by_id = {task_id: node_name for node_name, task_id in ids.items()}
+            parents.update((by_id[added_id], added_id) for added_id in added.decode().split(","))
+        return StoredWorkflow(wid, codec.text(name), me, ids, parents)
+
+    @translate_errors
+    def workflow_results(self, nodes: dict[str, str]) -> ParentResults:
+        """Return the stored result of each (node name -> task id) of `nodes`, read in one round trip; gone ones left out."""
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in nodes.values():
+            pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
+        replies = pipe.execute() if nodes else []
+        found = {name: (task_id, fields) for (name, task_id), fields in zip(nodes.items(), replies, strict=True)}
+        return ParentResults({name: read for name, read in found.items() if read[1][0]}, self._parent_result)
+
+    def _parent_result(self, read: tuple[str, list]) -> TaskResult:
+        return self.stored_result(read[0], read[1], None)
+
+    @translate_errors
+    def added_by(self, task_id: str) -> str | None:
+        """Return the id of the task that added task `task_id` at run time, None for one enqueued with its workflow."""
+        return codec.text(self.client.hget(self.keys.task(task_id), "added_by")) or None
+
+    def add_to_workflow(
+        self,
+        stored: StoredWorkflow,
+        caller: tuple[str, str],
+        node: AddedNode,
+        task: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        before: Sequence[tuple[str, str]],
+        policy: str,
+    ) -> tuple[int, int]:
+        """Store `node`, a call of `task` after running task `caller` (id, lease token), before each (name, id) of `before`.
+
+        Returns add_to_workflow.lua's (code, index). Raises WorkflowError or InvalidTask for a task
+        this workflow cannot hold, before anything is sent.
+        """
+        if getattr(task, "backend", None) != self.alias:
+            raise WorkflowError(f"Node {node.name!r} is not a task of this workflow's backend {self.alias!r}.")
+        self._check_task(task, node.name, True)
+        now = time.time()
+        payload = codec.encode_new(task, node.id, normalize_json(list(args)), normalize_json(kwargs), now)
+        entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy)
+        graph_entry = json.dumps([node.name, node.id, [stored.node]])
+        return self.scripts.add_to_workflow(stored.id, caller, entry, graph_entry, [task_id for _, task_id in before])
+
+    def cancel_workflow(self, workflow_id: str, *, by: str = "") -> int:
+        """Cancel every task of a workflow that has not run (TaskCancelled) and ask each running one to abort.
+
+        Bounded script calls, children first, each settling what it cancels; calling again after a
+        crash finishes the job. Returns how many tasks were cancelled or asked to abort (a running
+        task asked before counts again). Raises TaskResultDoesNotExist for an unknown id.
+        """
+        task_ids = [task_id for _, task_id, _ in reversed(self._graph(workflow_id))]
+        now = time.time()
+        by = by or default_canceller()
+        request, minute = json.dumps({"by": by, "at": now}), int(now // 60)
+        took = 0
+        for _ in range(CANCEL_ROUNDS):
+            entries = self._cancellable(task_ids, by, now)
+            task_ids = []
+            for start in range(0, len(entries), STEPS_PER_CALL):
+                chunk = entries[start : start + STEPS_PER_CALL]
+                codes = self.scripts.cancel_workflow(chunk, self.config.result_ttl, request, minute)
+                took += sum(1 for code in codes if code in (1, 2))
+                task_ids += [entry[0] for entry, code in zip(chunk, codes, strict=True) if code == -1]
+            if not task_ids:
+                break
+        return took
+
+    def _cancellable(self, task_ids: Sequence[str], by: str, now: float) -> list[tuple[str, str, str, str]]:
+        """Return a (task id, queue, segment, document) entry for each task not final, its cancelled document built."""
+        entries = []
+        rows = self._fields(task_ids, ("data", "queue", "segment"))
+        for task_id, (data, queue, segment) in zip(task_ids, rows, strict=True):
+            if data is None or queue is None or segment is None or segment.decode() not in CANCELLABLE:
+                continue
+            document: str | None = ""
+            if segment != b"running":
+                document = cancelled_document(task_id, data, Segment(segment.decode()), by, now)
+            if document is not None:
+                entries.append((task_id, queue.decode(), segment.decode(), document))
+        return entries
+
+    def retry_workflow(self, workflow_id: str) -> int:
+        """Make every failed task of a workflow run again: ready if its parents succeeded, else waiting for them.
+
+        A task failed because its parent failed waits for the parent's new run; the record's counts
+        follow. Bounded script calls in graph order (parents first); calling again after a crash
+        finishes the job. Returns how many tasks were made ready or waiting again. Raises
+        TaskResultDoesNotExist for an unknown id.
+        """
+        nodes = self._graph(workflow_id)
+        id_of = {name: task_id for name, task_id, _ in nodes}
+        task_ids = [task_id for _, task_id, _ in nodes]
+        now, entries = time.time(), []
+        rows = self._fields(task_ids, ("data", "queue", "segment"))
+        for (_, task_id, parents), (data, queue, segment) in zip(nodes, rows, strict=True):
+            if segment == b"failed" and data is not None and queue is not None:
+                try:
+                    priority = codec.decode(data, Segment.FAILED).task.priority
+                except UNREADABLE_PAYLOAD_ERRORS:
+                    continue
+                entries.append((task_id, queue.decode(), ready_score(priority, now), [id_of[p] for p in parents]))
+        moved = 0
+        for chunk in _by_steps(entries):
+            moved += sum(self.scripts.retry_workflow(workflow_id, chunk))
+        return moved
+
+    @translate_errors
+    def _graph(self, workflow_id: str) -> list:
+        """Return a workflow's graph, [[node, task id, [parent nodes]], ...]; raise TaskResultDoesNotExist if unknown."""
+        graph = self.client.hget(self.keys.workflow(workflow_id), "graph")
+        if graph is None:
+            raise TaskResultDoesNotExist(f"No workflow with id {workflow_id!r} is stored.")
+        return json.loads(graph)
+
+    @translate_errors
+    def _fields(self, task_ids: Sequence[str], fields: Sequence[str]) -> list[list]:
+        """Return the given fields of each task hash, in one round trip per `READ_BATCH` tasks."""
+        rows: list[list] = []
+        for start in range(0, len(task_ids), READ_BATCH):
+            pipe = self.client.pipeline(transaction=False)
+            for task_id in task_ids[start : start + READ_BATCH]:
+                pipe.hmget(self.keys.task(task_id), fields)
+            rows += pipe.execute()
+        return rows
+
+
+def _by_steps(entries: list[tuple[str, str, str, list[str]]]) -> list[list[tuple[str, str, str, list[str]]]]:
+    """Cut retry entries into chunks of at most `STEPS_PER_CALL` steps, a task and each of its parents one step."""
+    chunks: list[list] = [[]]
+    steps = 0
+    for entry in entries:
+        if chunks[-1] and steps + 1 + len(entry[3]) > STEPS_PER_CALL:
+            chunks.append([])
+            steps = 0
+        chunks[-1].append(entry)
+        steps += 1 + len(entry[3])
+    return [chunk for chunk in chunks if chunk]
 
 
 def with_upstream_failure(result: ThreadmillTaskResult, stored: bytes) -> ThreadmillTaskResult:

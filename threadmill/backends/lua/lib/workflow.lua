@@ -11,8 +11,10 @@
 -- Bounded: one script call visits at most WORKFLOW_BUDGET children; the rest keep their parent in
 -- their pending sets, and a call that ran out of budget pushes the tasks it had not finished onto
 -- the `<prefix>:settling` list, which the next calls (continue_settling.lua) pop and settle at once;
--- the broker's sweeper (sweep_waiting.lua) still finds whatever no call continued. A task's outcome
--- is counted in the record once, marked by its `counted` field, however many calls settle its children.
+-- the broker's sweeper (sweep_waiting.lua) still finds whatever no call continued (the children sets
+-- a call cut short expire with the results, as a final child left in one needs nothing). A task's
+-- outcome is counted in the record once, marked by its `counted` field, however many calls settle its
+-- children.
 
 -- Most children one script call visits: a call that fails 1,000 took 42-46 ms of the server (about 12
 -- commands a child), the longest a workflow makes one call; the sweeper settles the rest.
@@ -28,6 +30,14 @@ local function count_outcome(task_key, record, failed)
   if redis.call('HSETNX', task_key, 'counted', '1') == 1 then
     redis.call('HINCRBY', record, failed and 'failed' or 'successful', 1)
   end
+end
+
+-- Take waiting task `id` (hash `task_key`) of workflow `wid` out of the wait it is in (its pending set, the
+-- record's waiting count); its caller moves it out of the waiting segment.
+local function leave_waiting(task_key, id, wid)
+  local prefix = prefix_of(task_key, id)
+  redis.call('DEL', prefix .. ':pending:' .. id)
+  redis.call('HINCRBY', prefix .. ':workflow:' .. wid, 'waiting', -1)
 end
 
 -- Fail waiting task `child` (hash `child_key`, of `queue`) because `parent` (node `parent_node`) failed.
@@ -77,9 +87,12 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
     end
   end
   if budget <= 0 then
-    -- The task the budget ran out in (it may have children left) and the cascade's queue after it.
+    -- The task the budget ran out in (it may have children left) and the cascade's queue after it are
+    -- continued at once from the settling list; should nothing continue them, a waiting child left is
+    -- reached through its pending set (the sweeper), and the sets left go with the results.
     for i = math.max(head - 1, 1), #settling do
       redis.call('RPUSH', prefix .. ':settling', settling[i][1])
+      redis.call('EXPIRE', prefix .. ':children:' .. settling[i][1], ttl)
     end
   end
   for queue in pairs(woken) do
