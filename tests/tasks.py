@@ -610,3 +610,45 @@ def spell_after_failures(key, failures=1):
     if _runs().hincrby("test:runs", key, 1) <= failures:
         raise RuntimeError(f"run {key} fails")
     return spell.func(key)
+
+
+# -- workflows under faults -------------------------------------------------------------
+
+
+class PlannedFailure(Exception):
+    """Raised by `count_step` where its test asked for a failure."""
+
+
+@task(
+    takes_context=True,
+    retry=ExponentialBackoff(
+        base_delay=0.05,
+        max_retries=5,
+        expected_exceptions=(
+            "threadmill.exceptions.AcknowledgementTimeout",
+            "threadmill.exceptions.AttemptAbandoned",
+            "tests.tasks.PlannedFailure",
+        ),
+        jitter=0,
+    ),
+)
+def count_step(context, sleep_ms=0, fail="never"):
+    """Count each start and finish on the counter server as count_run does, and log them in order.
+
+    Each start and finish is also appended to the counter server's `faults:steps` list as
+    "start|finish <task id> <attempt>": the list's order is the one clock every process shares.
+    `fail` is "never", "first" (the first start raises PlannedFailure, which is retried) or
+    "always" (a RuntimeError, never retried); a failing run logs its finish before it raises.
+    """
+    import threading
+
+    task_id, attempt = context.task_result.id, context.attempt
+    counter = _counter()
+    first = counter.hincrby("faults:started", task_id, 1) == 1
+    counter.rpush("faults:steps", f"start {task_id} {attempt}")
+    threading.Event().wait(sleep_ms / 1000)  # not time.sleep: see count_run
+    counter.hincrby("faults:finished", task_id, 1)
+    counter.rpush("faults:steps", f"finish {task_id} {attempt}")
+    if fail == "always" or (fail == "first" and first):
+        raise (RuntimeError if fail == "always" else PlannedFailure)(f"run {attempt} of {task_id} fails as planned")
+    return task_id

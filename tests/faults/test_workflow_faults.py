@@ -1,0 +1,275 @@
+"""A fan-in of 500 parents and a join under real faults: a worker process killed -9, a server restart, a frozen process.
+
+Every task is `tests.tasks.count_step`, which logs each start and finish, with its attempt, in
+one list on the counter server: the list's order is one clock for every process, so "the
+join started after every parent's final run finished" is read, not inferred. A parent's final
+run is its last attempt's (a run the fault cut off, or whose acknowledgement was refused, has
+an older attempt). The parents succeed, fail once and are retried, or fail; the join runs
+once, after every parent is final, or (a failed parent, the default policy) never starts and
+is FAILED with UpstreamFailed, while a join with policy "run" runs once after all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+import pytest
+from django.tasks import TaskResultStatus, task_backends
+
+from tests import tasks
+from tests.faults.conftest import FAULT_TIMEOUTS, FaultServer, Pool, Tally, wait_for
+from threadmill.workflows import Workflow, WorkflowNode, WorkflowResult
+
+pytestmark = pytest.mark.slow
+
+#: The fan-in's parents, and the milliseconds each sleeps: about 3 s of work for two processes of two threads.
+PARENTS = 500
+SLEEP_MS = 20
+WORKER_TIMEOUT_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_WORKER_TIMEOUT"])
+#: How long the frozen process stays stopped: past the worker timeout, so the broker recovers its leases.
+FREEZE_S = 2 * WORKER_TIMEOUT_S
+#: Seconds the workflow may take to be final once the fault is over (the recovery, the rest of the drain).
+AFTER_FAULT_S = 30.0
+#: The error a task failed by its parent records.
+UPSTREAM_FAILED = "threadmill.exceptions.UpstreamFailed"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One start or finish of a run, at its place `at` in the counter server's log."""
+
+    at: int
+    kind: str
+    task_id: str
+    attempt: int
+
+
+def read_steps(tally: Tally) -> list[Step]:
+    """Every start and finish count_step logged on the counter server, in the order it saw them."""
+    steps = []
+    for at, line in enumerate(tally.counter.lrange("faults:steps", 0, -1)):
+        kind, task_id, attempt = line.decode().split()
+        steps.append(Step(at, kind, task_id, int(attempt)))
+    return steps
+
+
+def final_finish(steps: list[Step], task_id: str) -> Step:
+    """The finish of `task_id`'s final run: its last attempt's (an earlier attempt's run was cut off or refused)."""
+    finishes = [s for s in steps if s.kind == "finish" and s.task_id == task_id]
+    assert finishes, f"task {task_id} never finished a run"
+    return max(finishes, key=lambda s: (s.attempt, s.at))
+
+
+def starts_of(steps: list[Step], task_id: str) -> list[Step]:
+    return [s for s in steps if s.kind == "start" and s.task_id == task_id]
+
+
+@pytest.fixture
+def make_server(make_fault_server, settings) -> Callable[[str], FaultServer]:
+    """Start a server under test and point this process's `default` backend (the workflows') at it."""
+
+    def make(appendfsync: str) -> FaultServer:
+        server = make_fault_server(appendfsync=appendfsync)
+        default = settings.TASKS["default"]
+        settings.TASKS = {"default": {**default, "REDIS_URL": server.url, "OPTIONS": {"lease_ttl": 60}}}
+        return server
+
+    return make
+
+
+def fan_in(fail: str, policies: tuple[str, ...]) -> tuple[WorkflowResult, list[WorkflowNode], dict[str, WorkflowNode]]:
+    """Enqueue PARENTS count_step parents (each failing as `fail` says) and a join per policy."""
+    wf = Workflow(name=f"fan-in-{fail}")
+    parents = [
+        wf.add(tasks.count_step, kwargs={"sleep_ms": SLEEP_MS, "fail": fail}, name=f"p{i}") for i in range(PARENTS)
+    ]
+    joins = {p: wf.add(tasks.count_step, name=f"join-{p}", after=parents, on_parent_failure=p) for p in policies}
+    return wf.enqueue(), parents, joins
+
+
+# -- the faults ---------------------------------------------------------------------------
+
+
+@dataclass
+class FaultEffect:
+    """The tasks a fault may cost a run: those it may make run again, those whose run it cut off, all it held."""
+
+    may_run_twice: set[str]
+    cut_off: set[str]
+    held: set[str]
+
+
+def kill_a_worker_process(server: FaultServer, pool: Pool, tally: Tally) -> FaultEffect:
+    """kill -9 one worker process; only a task it had finished, unacknowledged, may run again."""
+    victim = pool.children()[0]
+    name = pool.worker_name(victim)
+    handle = psutil.Process(victim)
+    handle.send_signal(signal.SIGKILL)
+    _, alive = psutil.wait_procs([handle], timeout=5)
+    assert not alive, f"worker process {victim} outlived kill -9"
+    held, started, finished = tally.leased_by(name), tally.started(), tally.finished()
+    assert held and len(finished) < PARENTS, f"the killed process held no parent ({tally.summary()})"
+    return FaultEffect(
+        {task_id for task_id in held if finished[task_id]},
+        {task_id for task_id in held if started[task_id] > finished[task_id]},
+        set(held),
+    )
+
+
+def restart_the_server(server: FaultServer, pool: Pool, tally: Tally) -> FaultEffect:
+    """Stop the server (appendfsync always) and start it again: nothing may run twice."""
+    server.restart()
+    assert len(tally.finished()) < PARENTS, f"the drain ended before the restart ({tally.summary()})"
+    return FaultEffect(set(), set(), set())
+
+
+def freeze_a_worker_process(server: FaultServer, pool: Pool, tally: Tally) -> FaultEffect:
+    """SIGSTOP one worker process past the worker timeout; only a task it had started may run again.
+
+    Its runs are not cut off: they go on when it resumes, and their acknowledgements are refused.
+    """
+    victim = pool.children()[0]
+    name = pool.worker_name(victim)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        started, held = set(tally.started()), tally.leased_by(name)
+        assert held and len(started) < PARENTS, f"the frozen process held no parent ({tally.summary()})"
+        time.sleep(FREEZE_S)  # The freeze itself, not a synchronisation.
+        assert not tally.leased_by(name), "the broker did not recover the frozen process's leases"
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    wait_for(
+        lambda: pool.alive() and _holds_nothing(tally.backend.worker_document(name)),
+        lambda: f"the resumed process settles its buffer ({tally.backend.worker_document(name)})",
+        15,
+    )
+    return FaultEffect(set(held) & started, set(), set(held))
+
+
+def _holds_nothing(document: dict | None) -> bool:
+    return document is None or (document["buffered"] == [] and document["running"] == [])
+
+
+FAULTS = {"kill-9": kill_a_worker_process, "restart": restart_the_server, "freeze": freeze_a_worker_process}
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+@dataclass
+class Drained:
+    """What a fan-in drained through a fault left: the log, the counts and who may have run twice."""
+
+    steps: list[Step]
+    finished: Counter
+    effect: FaultEffect
+    run: WorkflowResult
+
+
+def drain_through(fault: str, fail: str, policies: tuple[str, ...], make_server, counter, start_pool):
+    """Enqueue the fan-in, start a pool, cause `fault` mid-drain, and wait until the workflow is final."""
+    server = make_server("always" if fault == "restart" else "everysec")
+    tally = Tally(task_backends["default"], counter)
+    run, parents, joins = fan_in(fail, policies)
+    tally.ids = [node.id for node in parents] + [node.id for node in joins.values()]
+    pool = start_pool(server, "-w", "2", "-t", "2")
+    wait_for(
+        lambda: pool.alive() and len(pool.children()) == 2 and len(tally.finished()) >= 100,
+        lambda: f"both worker processes drain the parents ({tally.summary()})",
+        30,
+    )
+    effect = FAULTS[fault](server, pool, tally)
+    record = tally.backend.keys.workflow(run.id)
+
+    def final() -> bool:
+        total, successful, failed = (
+            int(n or 0) for n in tally.backend.client.hmget(record, "total", "successful", "failed")
+        )
+        return pool.alive() and successful + failed == total
+
+    wait_for(final, lambda: f"the workflow is final after the {fault} ({tally.summary()})", AFTER_FAULT_S)
+    run.refresh()
+    steps = read_steps(tally)
+    twice = {i: n for i, n in tally.finished().items() if n > (2 if fail == "first" else 1)}
+    print(
+        f"\n{fault}, parents failing {fail}: enqueued {len(tally.ids)}, ran {len(tally.ran())}, lost {len(tally.never_ran())}, "
+        f"ran twice {len(twice)} (of {len(effect.may_run_twice)} the fault could make), "
+        f"{len(effect.cut_off)} runs cut off, counts {run.counts}"
+    )
+    return tally, parents, joins, Drained(steps, tally.finished(), effect, run)
+
+
+def assert_each_parent_final_once(tally: Tally, parents, drained: Drained, fail: str, status) -> None:
+    """Every parent's final run happened once (a failing first run aside); a rerun only where the fault allows.
+
+    A run the fault cut off finished nothing: for a parent planned to fail once, that run was its failure.
+    """
+    runs = 2 if fail == "first" else 1
+    effect = drained.effect
+    for node in parents:
+        planned = runs - (fail == "first" and node.id in effect.cut_off)
+        allowed = {planned, planned + 1} if node.id in effect.may_run_twice else {planned}
+        assert drained.finished[node.id] in allowed, (
+            f"parent {node.name} finished {drained.finished[node.id]} runs, not {sorted(allowed)} "
+            f"({len(effect.may_run_twice)} may run twice, {len(effect.cut_off)} cut off)"
+        )
+    statuses = Counter(drained.run.tasks[node.name].status for node in parents)
+    assert statuses == {status: PARENTS}, statuses
+
+
+def assert_joined_once_after_every_parent(join: WorkflowNode, parents, drained: Drained) -> None:
+    """The join started once, after the final run of every parent finished, and succeeded."""
+    (start,) = starts_of(drained.steps, join.id)
+    last = max((final_finish(drained.steps, node.id) for node in parents), key=lambda s: s.at)
+    assert start.at > last.at, (
+        f"the join started at step {start.at}, before parent {last.task_id} finished at {last.at}"
+    )
+    assert drained.finished[join.id] == 1
+    assert drained.run.tasks[join.name].status == TaskResultStatus.SUCCESSFUL
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_fan_in_of_500_joins_once_after_every_parent_through_a_fault(fault, make_server, counter, start_pool):
+    tally, parents, joins, drained = drain_through(fault, "never", ("cancel",), make_server, counter, start_pool)
+
+    assert_each_parent_final_once(tally, parents, drained, "never", TaskResultStatus.SUCCESSFUL)
+    assert_joined_once_after_every_parent(joins["cancel"], parents, drained)
+    assert drained.run.status == TaskResultStatus.SUCCESSFUL
+    assert drained.run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": PARENTS + 1, "FAILED": 0}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_fan_in_of_parents_that_fail_once_joins_once_after_their_retries_through_a_fault(
+    fault, make_server, counter, start_pool
+):
+    tally, parents, joins, drained = drain_through(fault, "first", ("cancel",), make_server, counter, start_pool)
+
+    assert_each_parent_final_once(tally, parents, drained, "first", TaskResultStatus.SUCCESSFUL)
+    # A parent the fault's victim held may also record the lost worker, and may have lost its failure's acknowledgement.
+    for node in parents:
+        errors = [e.exception_class_path for e in drained.run.tasks[node.name].errors]
+        assert node.id in drained.effect.held or errors == ["tests.tasks.PlannedFailure"], (node.name, errors)
+    assert_joined_once_after_every_parent(joins["cancel"], parents, drained)
+    assert drained.run.status == TaskResultStatus.SUCCESSFUL
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_fan_in_of_failing_parents_fails_the_cancel_join_unstarted_and_runs_the_run_join_once_through_a_fault(
+    fault, make_server, counter, start_pool
+):
+    tally, parents, joins, drained = drain_through(fault, "always", ("cancel", "run"), make_server, counter, start_pool)
+
+    assert_each_parent_final_once(tally, parents, drained, "always", TaskResultStatus.FAILED)
+    cancelled = drained.run.tasks["join-cancel"]
+    assert starts_of(drained.steps, joins["cancel"].id) == [] and cancelled.started_at is None
+    assert cancelled.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in cancelled.errors] == [UPSTREAM_FAILED]
+    assert_joined_once_after_every_parent(joins["run"], parents, drained)
+    assert drained.run.status == TaskResultStatus.FAILED
+    assert drained.run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 1, "FAILED": PARENTS + 1}
