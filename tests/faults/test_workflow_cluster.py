@@ -54,14 +54,16 @@ def graph() -> Workflow:
     return wf
 
 
-def assert_each_child_started_after_its_parents(wf: Workflow, steps: list[Step], once: bool = True) -> None:
+def assert_each_child_started_after_its_parents(
+    run: WorkflowResult, wf: Workflow, steps: list[Step], once: bool = True
+) -> None:
     """Every node with parents started (once, unless `once` is false), each time after each parent's final run finished."""
     for node in (n for n in wf.nodes if n.parents):
         starts = starts_of(steps, node.id)
         assert starts and (len(starts) == 1 or not once), f"{node.name} started {len(starts)} times"
         first = min(s.at for s in starts)
         for parent in node.parents:
-            finish = final_finish(steps, parent.id)
+            finish = final_finish(steps, run.tasks[parent.name])
             assert first > finish.at, f"{node.name} started at {first}, before {parent.name} finished at {finish.at}"
 
 
@@ -95,7 +97,7 @@ def test_a_workflow_over_three_queues_drains_on_a_cluster_each_task_once_in_one_
 
     wait_until_final(run, pool, 60)
     tally.assert_each_ran_once()
-    assert_each_child_started_after_its_parents(wf, read_steps(tally))
+    assert_each_child_started_after_its_parents(run, wf, read_steps(tally))
     assert run.status == TaskResultStatus.SUCCESSFUL and run.counts["SUCCESSFUL"] == len(wf.nodes)
     assert {queue: stats["waiting"] for queue, stats in on_cluster.queue_stats().items()} == dict.fromkeys(QUEUES, 0)
     # Every script of the workflow ran on the one primary that owns the alias's slot.
@@ -165,6 +167,6 @@ def test_a_workflow_drained_through_a_failover_runs_the_join_once_after_every_pa
     # A task runs again only when the kill lost a write about it (its lease or acknowledgement): one the pool held.
     assert len(twice) <= THREADS + PREFETCH and set(twice.values()) <= {2}, twice
     assert Counter(r.status for r in run.tasks.values()) == {TaskResultStatus.SUCCESSFUL: len(wf.nodes)}
-    assert_each_child_started_after_its_parents(wf, steps, once=False)
+    assert_each_child_started_after_its_parents(run, wf, steps, once=False)
     assert finished[wf.nodes[-1].id] == 1, "the join ran more than once"
     assert "The server answers again after" in pool.output, pool.output[-4000:]

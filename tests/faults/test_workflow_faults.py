@@ -20,11 +20,13 @@ from dataclasses import dataclass
 
 import psutil
 import pytest
-from django.tasks import TaskResultStatus, task_backends
+from django.tasks import TaskResult, TaskResultStatus, task_backends
 
 from tests import tasks
 from tests.faults.conftest import FAULT_TIMEOUTS, FaultServer, Pool, Tally, wait_for
-from threadmill.workflows import Workflow, WorkflowNode, WorkflowResult
+from threadmill.backends.broker.sweeper import SWEEP_INTERVAL_S
+from threadmill.outcome import WORKER_LOSS_LIMIT
+from threadmill.workflows import POLICIES, Workflow, WorkflowNode, WorkflowResult
 
 pytestmark = pytest.mark.slow
 
@@ -48,22 +50,28 @@ class Step:
     kind: str
     task_id: str
     attempt: int
+    leased_at: float
 
 
 def read_steps(tally: Tally) -> list[Step]:
     """Every start and finish count_step logged on the counter server, in the order it saw them."""
     steps = []
     for at, line in enumerate(tally.counter.lrange("faults:steps", 0, -1)):
-        kind, task_id, attempt = line.decode().split()
-        steps.append(Step(at, kind, task_id, int(attempt)))
+        kind, task_id, attempt, leased_at = line.decode().split()
+        steps.append(Step(at, kind, task_id, int(attempt), float(leased_at)))
     return steps
 
 
-def final_finish(steps: list[Step], task_id: str) -> Step:
-    """The finish of `task_id`'s final run: its last attempt's (an earlier attempt's run was cut off or refused)."""
-    finishes = [s for s in steps if s.kind == "finish" and s.task_id == task_id]
-    assert finishes, f"task {task_id} never finished a run"
-    return max(finishes, key=lambda s: (s.attempt, s.at))
+def final_finish(steps: list[Step], result: TaskResult) -> Step:
+    """The finish of the run whose outcome `result` holds: the one leased when its last attempt record says.
+
+    A run the fault cut off, or whose acknowledgement was refused, was leased earlier.
+    """
+    (last,) = [a for a in result.attempt_records if a.outcome in ("successful", "failed")][-1:]
+    finishes = [s for s in steps if s.kind == "finish" and s.task_id == result.id]
+    final = [s for s in finishes if abs(s.leased_at - last.leased_at.timestamp()) < 0.001]
+    assert len(final) == 1, f"task {result.id}: no single run leased at {last.leased_at} among {finishes}"
+    return final[0]
 
 
 def starts_of(steps: list[Step], task_id: str) -> list[Step]:
@@ -83,12 +91,13 @@ def make_server(make_fault_server, settings) -> Callable[[str], FaultServer]:
     return make
 
 
-def fan_in(fail: str, policies: tuple[str, ...]) -> tuple[WorkflowResult, list[WorkflowNode], dict[str, WorkflowNode]]:
-    """Enqueue PARENTS count_step parents (each failing as `fail` says) and a join per policy."""
+def fan_in(
+    fail: str, policies: tuple[str, ...], parent_task=tasks.count_step
+) -> tuple[WorkflowResult, list[WorkflowNode], dict[str, WorkflowNode]]:
+    """Enqueue PARENTS parents (count_step or `parent_task`, failing as `fail` says) and a count_step join per policy."""
     wf = Workflow(name=f"fan-in-{fail}")
-    parents = [
-        wf.add(tasks.count_step, kwargs={"sleep_ms": SLEEP_MS, "fail": fail}, name=f"p{i}") for i in range(PARENTS)
-    ]
+    kwargs = {"sleep_ms": SLEEP_MS, "fail": fail}
+    parents = [wf.add(parent_task, kwargs=kwargs, name=f"p{i}") for i in range(PARENTS)]
     joins = {p: wf.add(tasks.count_step, name=f"join-{p}", after=parents, on_parent_failure=p) for p in policies}
     return wf.enqueue(), parents, joins
 
@@ -172,11 +181,11 @@ class Drained:
     run: WorkflowResult
 
 
-def drain_through(fault: str, fail: str, policies: tuple[str, ...], make_server, counter, start_pool):
+def drain_through(fault: str, fail: str, policies: tuple[str, ...], make_server, counter, start_pool, **parent_task):
     """Enqueue the fan-in, start a pool, cause `fault` mid-drain, and wait until the workflow is final."""
     server = make_server("always" if fault == "restart" else "everysec")
     tally = Tally(task_backends["default"], counter)
-    run, parents, joins = fan_in(fail, policies)
+    run, parents, joins = fan_in(fail, policies, **parent_task)
     tally.ids = [node.id for node in parents] + [node.id for node in joins.values()]
     pool = start_pool(server, "-w", "2", "-t", "2")
     wait_for(
@@ -197,8 +206,10 @@ def drain_through(fault: str, fail: str, policies: tuple[str, ...], make_server,
     run.refresh()
     steps = read_steps(tally)
     twice = {i: n for i, n in tally.finished().items() if n > (2 if fail == "first" else 1)}
+    lost = set(tally.never_ran()) - {node.id for name, node in joins.items() if name == "cancel" and fail == "always"}
     print(
-        f"\n{fault}, parents failing {fail}: enqueued {len(tally.ids)}, ran {len(tally.ran())}, lost {len(tally.never_ran())}, "
+        f"\n{fault}, parents failing {fail}: enqueued {len(tally.ids)}, ran {len(tally.ran())}, never ran {len(lost)} "
+        f"(the cancel join of failing parents aside), "
         f"ran twice {len(twice)} (of {len(effect.may_run_twice)} the fault could make), "
         f"{len(effect.cut_off)} runs cut off, counts {run.counts}"
     )
@@ -226,7 +237,7 @@ def assert_each_parent_final_once(tally: Tally, parents, drained: Drained, fail:
 def assert_joined_once_after_every_parent(join: WorkflowNode, parents, drained: Drained) -> None:
     """The join started once, after the final run of every parent finished, and succeeded."""
     (start,) = starts_of(drained.steps, join.id)
-    last = max((final_finish(drained.steps, node.id) for node in parents), key=lambda s: s.at)
+    last = max((final_finish(drained.steps, drained.run.tasks[node.name]) for node in parents), key=lambda s: s.at)
     assert start.at > last.at, (
         f"the join started at step {start.at}, before parent {last.task_id} finished at {last.at}"
     )
@@ -273,3 +284,46 @@ def test_a_fan_in_of_failing_parents_fails_the_cancel_join_unstarted_and_runs_th
     assert_joined_once_after_every_parent(joins["run"], parents, drained)
     assert drained.run.status == TaskResultStatus.FAILED
     assert drained.run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 1, "FAILED": PARENTS + 1}
+
+
+def test_a_parent_that_kills_its_worker_is_failed_by_recovery_which_fails_the_cancel_join_and_releases_the_other(
+    make_server, counter, start_pool
+):
+    # A parent that kills its worker process (kill -9) is failed by recovery after WORKER_LOSS_LIMIT
+    # kills. Recovery claims the lease and records the failure through acknowledge.lua, so the
+    # release runs in that call, not a sweep later.
+    server = make_server("everysec")
+    tally = Tally(task_backends["default"], counter)
+    wf = Workflow(name="poisoned-fan-in")
+    parents = [wf.add(tasks.count_step, kwargs={"sleep_ms": SLEEP_MS}, name=f"p{i}") for i in range(PARENTS - 1)]
+    poison = wf.add(tasks.kill_own_process, name="poison")
+    joins = {
+        p: wf.add(tasks.count_step, name=f"join-{p}", after=[*parents, poison], on_parent_failure=p) for p in POLICIES
+    }
+    run = wf.enqueue()
+    tally.ids = [node.id for node in wf.nodes]
+    pool = start_pool(server, "-w", "2", "-t", "2")
+    wait_for(lambda: pool.alive() and run.refresh() is None and run.counts["WAITING"] == 0 and run.counts["SUCCESSFUL"] + run.counts["FAILED"] == len(wf.nodes),
+             lambda: f"the workflow is final ({tally.summary()})", 60)  # fmt: skip
+
+    steps, finished = read_steps(tally), tally.finished()
+    killed = run.tasks["poison"]
+    assert killed.status == TaskResultStatus.FAILED and tally.started()[poison.id] == WORKER_LOSS_LIMIT
+    assert killed.errors[-1].exception_class_path == "threadmill.exceptions.WorkerLost", killed.errors
+    assert len(pool.respawns()) == WORKER_LOSS_LIMIT, pool.respawns()
+    # The poison's neighbours were cut off or lost their acknowledgement at each kill: run again, never lost.
+    assert all(1 <= finished[node.id] <= 2 for node in parents), tally.summary()
+    assert {run.tasks[node.name].status for node in parents} == {TaskResultStatus.SUCCESSFUL}
+    cancelled = run.tasks["join-cancel"]
+    assert starts_of(steps, joins["cancel"].id) == [] and cancelled.started_at is None
+    assert [e.exception_class_path for e in cancelled.errors] == [UPSTREAM_FAILED]
+    assert "Parent task 'poison'" in cancelled.errors[-1].traceback
+    # Failed in the call that recorded the poison's failure, not a sweep (SWEEP_INTERVAL_S) later.
+    failed_in = (cancelled.finished_at - killed.finished_at).total_seconds()
+    assert 0 <= failed_in < 1.0 < SWEEP_INTERVAL_S, failed_in
+    assert_joined_once_after_every_parent(
+        joins["run"], parents, Drained(steps, finished, FaultEffect(set(), set(), set()), run)
+    )
+    assert run.tasks["join-run"].started_at >= killed.finished_at
+    assert run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": PARENTS, "FAILED": 2}
+    print(f"\nthe poison was failed by recovery; the cancel join {failed_in:.3f} s later")
