@@ -311,8 +311,8 @@ def test_a_parent_that_kills_its_worker_is_failed_by_recovery_which_fails_the_ca
     assert killed.status == TaskResultStatus.FAILED and tally.started()[poison.id] == WORKER_LOSS_LIMIT
     assert killed.errors[-1].exception_class_path == "threadmill.exceptions.WorkerLost", killed.errors
     assert len(pool.respawns()) == WORKER_LOSS_LIMIT, pool.respawns()
-    # The poison's neighbours were cut off or lost their acknowledgement at each kill: run again, never lost.
-    assert all(1 <= finished[node.id] <= 2 for node in parents), tally.summary()
+    # The poison's neighbours were cut off or lost their acknowledgement at a kill: run again (once a kill), never lost.
+    assert all(1 <= finished[node.id] <= 1 + WORKER_LOSS_LIMIT for node in parents), tally.summary()
     assert {run.tasks[node.name].status for node in parents} == {TaskResultStatus.SUCCESSFUL}
     cancelled = run.tasks["join-cancel"]
     assert starts_of(steps, joins["cancel"].id) == [] and cancelled.started_at is None
@@ -326,4 +326,5 @@ def test_a_parent_that_kills_its_worker_is_failed_by_recovery_which_fails_the_ca
     )
     assert run.tasks["join-run"].started_at >= killed.finished_at
     assert run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": PARENTS, "FAILED": 2}
-    print(f"\nthe poison was failed by recovery; the cancel join {failed_in:.3f} s later")
+    reruns = Counter(finished[node.id] for node in parents)
+    print(f"\nthe poison was failed by recovery; the cancel join {failed_in:.3f} s later; parents by runs {dict(reruns)}")
