@@ -327,4 +327,6 @@ def test_a_parent_that_kills_its_worker_is_failed_by_recovery_which_fails_the_ca
     assert run.tasks["join-run"].started_at >= killed.finished_at
     assert run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": PARENTS, "FAILED": 2}
     reruns = Counter(finished[node.id] for node in parents)
-    print(f"\nthe poison was failed by recovery; the cancel join {failed_in:.3f} s later; parents by runs {dict(reruns)}")
+    print(
+        f"\nthe poison was failed by recovery; the cancel join {failed_in:.3f} s later; parents by runs {dict(reruns)}"
+    )
