@@ -19,7 +19,7 @@ from redis.crc import key_slot
 
 from tests import tasks
 from tests.faults.conftest import Tally, wait_for
-from tests.faults.test_failover import (  # noqa: F401 - failover_cluster and partitions are fixtures
+from tests.faults.test_failover import (  # noqa: F401 - failover_cluster is a fixture
     ALIAS_KEY,
     PROMOTION_TIMEOUT_S,
     failover_cluster,
