@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Self
 
 import redis
 
@@ -29,7 +30,7 @@ class Count:
 
 
 class CounterLog:
-    """Reads the counter server's MONITOR stream from the moment it is made until `stop`."""
+    """Reads the counter server's MONITOR stream from the moment it is made until `stop` (or the end of its `with`)."""
 
     def __init__(self, counter: redis.Redis) -> None:
         self.counter = counter
@@ -49,10 +50,17 @@ class CounterLog:
                 kind = words[1].removeprefix("faults:")
                 self.counts.append(Count(len(self.counts), command["time"], kind, words[2]))
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def stop(self) -> list[Count]:
-        """End the log and return every start and finish counted, in the counter server's order."""
-        self.counter.echo(STOP)
-        self.thread.join(10)
-        assert not self.thread.is_alive(), "the counter server's MONITOR stream did not end"
-        self.monitor.__exit__()
+        """End the log (once) and return every start and finish counted, in the counter server's order."""
+        if self.thread.is_alive():
+            self.counter.echo(STOP)
+            self.thread.join(10)
+            assert not self.thread.is_alive(), "the counter server's MONITOR stream did not end"
+            self.monitor.__exit__()
         return self.counts

@@ -299,15 +299,15 @@ def test_a_previous_release_beside_this_one_drains_a_workflow_each_task_once_and
         new = start_pool(fault_server, "-w", "1", "-t", "2")
         wait_for(lambda: old.alive() and new.alive() and _runs(old) and _runs(new),
                  lambda: f"both pools' worker processes run: {old.output[-2000:]}", 30)  # fmt: skip
-        log = CounterLog(counter)
-        wf = _diamond_and_fan_in(100)
-        run = wf.enqueue()
-        enqueued = time.monotonic()
-        tally.ids = [node.id for node in wf.nodes]
-        wait_for_drain(new, tally, 40, "every task of the workflow ran")
-        drained_in = time.monotonic() - enqueued
-        old.alive()
-        counts = log.stop()
+        with CounterLog(counter) as log:
+            wf = _diamond_and_fan_in(100)
+            run = wf.enqueue()
+            enqueued = time.monotonic()
+            tally.ids = [node.id for node in wf.nodes]
+            wait_for_drain(new, tally, 40, "every task of the workflow ran")
+            drained_in = time.monotonic() - enqueued
+            old.alive()
+        counts = log.counts
         old_names = set(re.findall(r"Worker process (\S+) started", old.output))
     finally:
         old.close()
