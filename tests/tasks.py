@@ -636,15 +636,16 @@ def count_step(context, sleep_ms=0, fail="never"):
     """Count each start and finish on the counter server as count_run does, and log them in order.
 
     Each start and finish is also appended to the counter server's `faults:steps` list as
-    "start|finish <task id> <attempt> <lease time>": the list's order is the one clock every
-    process shares, and the lease time (the server's) names the run in its attempt record.
+    "start|finish <task id> <attempt> <lease time> <worker>": the list's order is the one clock
+    every process shares, and the lease time (the server's) names the run in its attempt record.
     `fail` is "never", "first" (the first start raises PlannedFailure, which is retried) or
     "always" (a RuntimeError, never retried); a failing run logs its finish before it raises.
     """
     import threading
 
     task_id, attempt = context.task_result.id, context.attempt
-    run = f"{task_id} {attempt} {context.task_result.lease_started_at.timestamp()!r}"
+    result = context.task_result
+    run = f"{task_id} {attempt} {result.lease_started_at.timestamp()!r} {result.lease_worker}"
     counter = _counter()
     first = counter.hincrby("faults:started", task_id, 1) == 1
     counter.rpush("faults:steps", f"start {run}")

@@ -34,13 +34,24 @@ class CounterLog:
 
     def __init__(self, counter: redis.Redis) -> None:
         self.counter = counter
-        self.monitor = counter.monitor()
+        # A client of its own with no read timeout: the stream is quiet while tasks wait (a sweep
+        # is 5 s apart), and a client from a URL here gives up on a read after 5 s.
+        where = counter.connection_pool.connection_kwargs
+        self.client = redis.Redis(host=where["host"], port=where["port"], socket_timeout=None)
+        self.monitor = self.client.monitor()
         self.monitor.__enter__()  # MONITOR is on once this returns: nothing counted later is missed
         self.counts: list[Count] = []
+        self.error: redis.RedisError | None = None
         self.thread = threading.Thread(target=self._read, name="counter-log", daemon=True)
         self.thread.start()
 
     def _read(self) -> None:
+        try:
+            self._read_until_stopped()
+        except redis.RedisError as e:
+            self.error = e
+
+    def _read_until_stopped(self) -> None:
         while True:
             command = self.monitor.next_command()
             words = command["command"].split()
@@ -63,4 +74,6 @@ class CounterLog:
             self.thread.join(10)
             assert not self.thread.is_alive(), "the counter server's MONITOR stream did not end"
             self.monitor.__exit__()
+            self.client.close()
+        assert self.error is None, f"the counter server's MONITOR stream broke off: {self.error!r}"
         return self.counts

@@ -33,6 +33,7 @@ pytestmark = pytest.mark.slow
 #: The fan-in's parents, and the milliseconds each sleeps: about 3 s of work for two processes of two threads.
 PARENTS = 500
 SLEEP_MS = 20
+THREADS = 2
 WORKER_TIMEOUT_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_WORKER_TIMEOUT"])
 #: How long the frozen process stays stopped: past the worker timeout, so the broker recovers its leases.
 FREEZE_S = 2 * WORKER_TIMEOUT_S
@@ -51,14 +52,15 @@ class Step:
     task_id: str
     attempt: int
     leased_at: float
+    worker: str
 
 
 def read_steps(tally: Tally) -> list[Step]:
     """Every start and finish count_step logged on the counter server, in the order it saw them."""
     steps = []
     for at, line in enumerate(tally.counter.lrange("faults:steps", 0, -1)):
-        kind, task_id, attempt, leased_at = line.decode().split()
-        steps.append(Step(at, kind, task_id, int(attempt), float(leased_at)))
+        kind, task_id, attempt, leased_at, worker = line.decode().split()
+        steps.append(Step(at, kind, task_id, int(attempt), float(leased_at), worker))
     return steps
 
 
@@ -107,11 +109,12 @@ def fan_in(
 
 @dataclass
 class FaultEffect:
-    """The tasks a fault may cost a run: those it may make run again, those whose run it cut off, all it held."""
+    """The tasks a fault may cost a run: those it may make run again (at most `rerun_limit` of them), cut off, held."""
 
     may_run_twice: set[str]
     cut_off: set[str]
     held: set[str]
+    rerun_limit: int = 0
 
 
 def kill_a_worker_process(server: FaultServer, pool: Pool, tally: Tally) -> FaultEffect:
@@ -124,24 +127,25 @@ def kill_a_worker_process(server: FaultServer, pool: Pool, tally: Tally) -> Faul
     assert not alive, f"worker process {victim} outlived kill -9"
     held, started, finished = tally.leased_by(name), tally.started(), tally.finished()
     assert held and len(finished) < PARENTS, f"the killed process held no parent ({tally.summary()})"
-    return FaultEffect(
-        {task_id for task_id in held if finished[task_id]},
-        {task_id for task_id in held if started[task_id] > finished[task_id]},
-        set(held),
-    )
+    unacknowledged = {task_id for task_id in held if finished[task_id]}
+    cut_off = {task_id for task_id in held if started[task_id] > finished[task_id]}
+    return FaultEffect(unacknowledged, cut_off, set(held), len(unacknowledged))
 
 
 def restart_the_server(server: FaultServer, pool: Pool, tally: Tally) -> FaultEffect:
     """Stop the server (appendfsync always) and start it again: nothing may run twice."""
     server.restart()
     assert len(tally.finished()) < PARENTS, f"the drain ended before the restart ({tally.summary()})"
-    return FaultEffect(set(), set(), set())
+    return FaultEffect(set(), set(), set(), 0)
 
 
 def freeze_a_worker_process(server: FaultServer, pool: Pool, tally: Tally) -> FaultEffect:
-    """SIGSTOP one worker process past the worker timeout; only a task it had started may run again.
+    """SIGSTOP one worker process past the worker timeout; only a task it had taken to run may run again.
 
     Its runs are not cut off: they go on when it resumes, and their acknowledgements are refused.
+    A consumer thread may have taken a task from the buffer and not reached its first line at the
+    freeze, so beside the tasks started by then (finished unacknowledged, or running) one a thread
+    may run again; every other task it held was buffered and goes back unstarted.
     """
     victim = pool.children()[0]
     name = pool.worker_name(victim)
@@ -158,7 +162,8 @@ def freeze_a_worker_process(server: FaultServer, pool: Pool, tally: Tally) -> Fa
         lambda: f"the resumed process settles its buffer ({tally.backend.worker_document(name)})",
         15,
     )
-    return FaultEffect(set(held) & started, set(), set(held))
+    started_held = set(held) & started
+    return FaultEffect(set(held), set(), set(held), len(started_held) + THREADS)
 
 
 def _holds_nothing(document: dict | None) -> bool:
@@ -187,7 +192,7 @@ def drain_through(fault: str, fail: str, policies: tuple[str, ...], make_server,
     tally = Tally(task_backends["default"], counter)
     run, parents, joins = fan_in(fail, policies, **parent_task)
     tally.ids = [node.id for node in parents] + [node.id for node in joins.values()]
-    pool = start_pool(server, "-w", "2", "-t", "2")
+    pool = start_pool(server, "-w", "2", "-t", str(THREADS))
     wait_for(
         lambda: pool.alive() and len(pool.children()) == 2 and len(tally.finished()) >= 100,
         lambda: f"both worker processes drain the parents ({tally.summary()})",
@@ -223,12 +228,17 @@ def assert_each_parent_final_once(tally: Tally, parents, drained: Drained, fail:
     """
     runs = 2 if fail == "first" else 1
     effect = drained.effect
+    planned = {node.id: runs - (fail == "first" and node.id in effect.cut_off) for node in parents}
+    rerun = [node.name for node in parents if drained.finished[node.id] > planned[node.id]]
+    assert len(rerun) <= effect.rerun_limit, (
+        f"{len(rerun)} parents ran again, at most {effect.rerun_limit} may: {rerun}"
+    )
     for node in parents:
-        planned = runs - (fail == "first" and node.id in effect.cut_off)
-        allowed = {planned, planned + 1} if node.id in effect.may_run_twice else {planned}
+        allowed = {planned[node.id], planned[node.id] + 1} if node.id in effect.may_run_twice else {planned[node.id]}
         assert drained.finished[node.id] in allowed, (
             f"parent {node.name} finished {drained.finished[node.id]} runs, not {sorted(allowed)} "
-            f"({len(effect.may_run_twice)} may run twice, {len(effect.cut_off)} cut off)"
+            f"({len(effect.may_run_twice)} may run twice, {len(effect.cut_off)} cut off): its runs "
+            f"{[s for s in drained.steps if s.task_id == node.id]}, its attempts {drained.run.tasks[node.name].attempt_records}"
         )
     statuses = Counter(drained.run.tasks[node.name].status for node in parents)
     assert statuses == {status: PARENTS}, statuses
@@ -322,7 +332,7 @@ def test_a_parent_that_kills_its_worker_is_failed_by_recovery_which_fails_the_ca
     failed_in = (cancelled.finished_at - killed.finished_at).total_seconds()
     assert 0 <= failed_in < 1.0 < SWEEP_INTERVAL_S, failed_in
     assert_joined_once_after_every_parent(
-        joins["run"], parents, Drained(steps, finished, FaultEffect(set(), set(), set()), run)
+        joins["run"], parents, Drained(steps, finished, FaultEffect(set(), set(), set(), 0), run)
     )
     assert run.tasks["join-run"].started_at >= killed.finished_at
     assert run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": PARENTS, "FAILED": 2}
