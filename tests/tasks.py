@@ -728,3 +728,48 @@ def sleep_past_its_limit(seconds=30.0):
     """Sleep in short steps far past its time limit (no counter server needed)."""
     for _ in range(int(seconds * 100)):
         time.sleep(0.01)
+
+
+# -- workflows under faults -------------------------------------------------------------
+
+
+class PlannedFailure(Exception):
+    """Raised by `count_step` where its test asked for a failure."""
+
+
+@task(
+    takes_context=True,
+    retry=ExponentialBackoff(
+        base_delay=0.05,
+        max_retries=5,
+        expected_exceptions=(
+            "threadmill.exceptions.AcknowledgementTimeout",
+            "threadmill.exceptions.AttemptAbandoned",
+            "tests.tasks.PlannedFailure",
+        ),
+        jitter=0,
+    ),
+)
+def count_step(context, sleep_ms=0, fail="never"):
+    """Count each start and finish on the counter server as count_run does, and log them in order.
+
+    Each start and finish is also appended to the counter server's `faults:steps` list as
+    "start|finish <task id> <attempt> <lease time> <worker>": the list's order is the one clock
+    every process shares, and the lease time (the server's) names the run in its attempt record.
+    `fail` is "never", "first" (the first start raises PlannedFailure, which is retried) or
+    "always" (a RuntimeError, never retried); a failing run logs its finish before it raises.
+    """
+    import threading
+
+    task_id, attempt = context.task_result.id, context.attempt
+    result = context.task_result
+    run = f"{task_id} {attempt} {result.lease_started_at.timestamp()!r} {result.lease_worker}"
+    counter = _counter()
+    first = counter.hincrby("faults:started", task_id, 1) == 1
+    counter.rpush("faults:steps", f"start {run}")
+    threading.Event().wait(sleep_ms / 1000)  # not time.sleep: see count_run
+    counter.hincrby("faults:finished", task_id, 1)
+    counter.rpush("faults:steps", f"finish {run}")
+    if fail == "always" or (fail == "first" and first):
+        raise (RuntimeError if fail == "always" else PlannedFailure)(f"run {attempt} of {task_id} fails as planned")
+    return task_id

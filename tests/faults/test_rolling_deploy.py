@@ -1,5 +1,8 @@
 """A rolling deploy: the previous release's worker pool and this one's on the same server, each killed once.
 
+A workflow drained by both: every task once, each child started after its parents finished
+(the landed main's acknowledge releases children; before workflows, this release's sweeper does).
+
 The previous release runs from a `git worktree` of its commit, with its own scripts, worker
 names (`host:pid`) and stored fields. Each broker must recover the other release's leases,
 and every task runs once, but for the tasks a killed process had finished and not yet
@@ -16,19 +19,23 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from django.tasks import TaskResultStatus
+from django.tasks import TaskResultStatus, task_backends
 
-from tests.faults.conftest import QUEUES, Pool, Tally, fault_env, wait_for, wait_for_drain
+from tests.faults.conftest import QUEUES, SLACK_S, Pool, Tally, fault_env, wait_for, wait_for_drain
+from tests.faults.counter_log import Count, CounterLog
 from tests.servers import start_full_server
 from tests.tasks import echo
 from tests.worker.conftest import ROOT, worker_env
+from threadmill.backends.broker.sweeper import SWEEP_INTERVAL_S
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.exceptions import ServerOutOfMemory
+from threadmill.workflows import Workflow
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +48,10 @@ LAST_LANDED_RELEASE = "5835d2b"
 BEFORE_TASK_LIMITS = "f7b4fe4"
 #: The release landed before operator commands were sent by a script a full server takes (#29).
 BEFORE_SCRIPTED_COMMANDS = "1981cd9"
+#: The landed main this release follows: its acknowledge releases a workflow's children too.
+LANDED_MAIN = "80dbf88"
+#: The release landed before workflows: its acknowledge stores a workflow task's outcome and releases nothing.
+BEFORE_WORKFLOWS = "5412d60"
 
 
 def _release_tree(commit: str) -> Iterator[Path]:
@@ -82,6 +93,13 @@ def release_before_task_limits() -> Iterator[Path]:
 def release_before_scripted_commands() -> Iterator[Path]:
     """A worktree of the release whose `threadmill stop` was a plain HSET."""
     yield from _release_tree(BEFORE_SCRIPTED_COMMANDS)
+
+
+@pytest.fixture(scope="module", params=[LANDED_MAIN, BEFORE_WORKFLOWS], ids=["landed-main", "before-workflows"])
+def workflow_release(request) -> Iterator[tuple[str, Path]]:
+    """A worktree of the landed main, then of the release before workflows: (commit, tree)."""
+    for tree in _release_tree(request.param):
+        yield request.param, tree
 
 
 def _has_commit(commit: str) -> bool:
@@ -238,3 +256,80 @@ def test_a_pool_of_the_release_before_scripted_commands_stops_on_this_release_s_
         pool.close()
         server.stop()
         shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+def _diamond_and_fan_in(parents: int) -> Workflow:
+    """A diamond (its branches on two queues) and a fan-in of `parents` on both queues, joined by the diamond's foot."""
+    from tests.tasks import count_run
+
+    wf = Workflow(name="rolling")
+    emails = count_run.using(queue_name="emails")
+    top = wf.add(count_run, kwargs={"sleep_ms": 30}, name="top")
+    left = wf.add(count_run, kwargs={"sleep_ms": 30}, after=[top], name="left")
+    right = wf.add(emails, kwargs={"sleep_ms": 30}, after=[top], name="right")
+    foot = wf.add(count_run, kwargs={"sleep_ms": 30}, after=[left, right], name="foot")
+    fan = [wf.add((emails if i % 2 else count_run), kwargs={"sleep_ms": 30}, name=f"p{i}") for i in range(parents)]
+    wf.add(count_run, after=[*fan, foot], name="join")
+    return wf
+
+
+def _assert_each_child_started_after_its_parents_finished(wf: Workflow, counts: list[Count]) -> float:
+    """Assert it; return the longest wait of a child from its last parent's finish to its start, seconds."""
+    starts = {c.task_id: c for c in counts if c.kind == "started"}
+    finishes = {c.task_id: c for c in counts if c.kind == "finished"}
+    longest = 0.0
+    for node in (n for n in wf.nodes if n.parents):
+        for parent in node.parents:
+            assert starts[node.id].at > finishes[parent.id].at, (
+                f"{node.name} started (count {starts[node.id].at}) before its parent {parent.name} finished "
+                f"(count {finishes[parent.id].at})"
+            )
+        longest = max(longest, starts[node.id].time - max(finishes[p.id].time for p in node.parents))
+    return longest
+
+
+def test_a_previous_release_beside_this_one_drains_a_workflow_each_task_once_and_each_child_after_its_parents(
+    workflow_release, fault_server, counter, counter_server, start_pool, settings
+):
+    commit, tree = workflow_release
+    settings.TASKS = {"default": {**settings.TASKS["default"], "REDIS_URL": fault_server.url}}
+    tally = Tally(task_backends["default"], counter)
+    old = PreviousReleasePool(tree, "-w", "1", "-t", "2", env=fault_env(fault_server, counter_server.url))
+    try:
+        new = start_pool(fault_server, "-w", "1", "-t", "2")
+        wait_for(lambda: old.alive() and new.alive() and _runs(old) and _runs(new),
+                 lambda: f"both pools' worker processes run: {old.output[-2000:]}", 30)  # fmt: skip
+        with CounterLog(counter) as log:
+            wf = _diamond_and_fan_in(100)
+            run = wf.enqueue()
+            enqueued = time.monotonic()
+            tally.ids = [node.id for node in wf.nodes]
+            wait_for_drain(new, tally, 40, "every task of the workflow ran")
+            drained_in = time.monotonic() - enqueued
+            old.alive()
+        counts = log.counts
+        old_names = set(re.findall(r"Worker process (\S+) started", old.output))
+    finally:
+        old.close()
+
+    tally.assert_each_ran_once()
+    longest_wait = _assert_each_child_started_after_its_parents_finished(wf, counts)
+    # Released by an acknowledgement at once, or by the sweeper within its interval.
+    assert longest_wait < SWEEP_INTERVAL_S + SLACK_S, f"a child waited {longest_wait:.1f} s after its parents"
+    ran_by = {node.name: tally.backend.get_result(node.id).worker_ids[-1] for node in wf.nodes}
+    by_old = {name for name, worker in ran_by.items() if worker in old_names}
+    assert 0 < len(by_old) < len(wf.nodes), f"the old release ran {len(by_old)} of {len(wf.nodes)} tasks"
+    # A parent the old release acknowledged: before workflows, only this release's sweeper released its child.
+    assert by_old - {"join"}, by_old
+    run.refresh()
+    print(
+        f"\n{commit} beside this release: {len(wf.nodes)} tasks enqueued, {len(tally.ran())} ran, "
+        f"{len(tally.ran_twice())} twice, {len(tally.never_ran())} lost, {len(by_old)} by the old release; "
+        f"drained in {drained_in:.1f} s, the longest wait after a last parent {longest_wait:.2f} s; "
+        f"the record counts {run.counts}"
+    )
+    if commit == LANDED_MAIN:
+        assert run.status == TaskResultStatus.SUCCESSFUL and run.counts["SUCCESSFUL"] == len(wf.nodes), run.counts
+    else:
+        # The known gap (docs/explanation/workflows.md): a leaf the old release finished is never counted.
+        assert run.counts["SUCCESSFUL"] == len(wf.nodes) - ("join" in by_old), run.counts
