@@ -11,7 +11,6 @@ before: the check reads the signal's receivers at every task.
 
 from __future__ import annotations
 
-import logging
 import weakref
 from typing import Any
 
