@@ -4,7 +4,8 @@
 `git worktree`, then alternates the two trees (A B, B A, ...) on a fresh Valkey each run: the
 tree's own code enqueues `--tasks` echo tasks with `enqueue_many`, its own `threadmill worker
 --exit-empty -w 1 -t 1` drains them (tasks/s from the first finished task to the last, read by a
-ZCARD poll every 5 ms; the server's CPU per task over the whole run), then 10,000 single
+ZCARD poll every 5 ms; the server's CPU per task over the whole run, the worker process tree's over that
+window, read with psutil as the drain benchmark does), then 10,000 single
 `enqueue` calls from one thread are timed. Both trees run under `tests.settings` with this
 venv's packages. Paired ratios (B over A, each repeat's) are the figures to quote; the machine
 is shared, so a ratio of medians is not. Results go to results/ab.json.
@@ -26,6 +27,7 @@ from typing import Any
 import redis
 
 from tests.benchmarks import report
+from tests.benchmarks.drain import tree_cpu_s
 from tests.benchmarks.server import valkey
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,11 +70,12 @@ def one_run(tree: Path, tasks: int) -> dict[str, float]:
             cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         first = first_count = None
+        first_cpu: dict[int, float] = {}
         while (done := client.zcard("threadmill:{default}:default:successful")) < tasks and worker.poll() is None:
             if first is None and done:
-                first, first_count = time.perf_counter(), done
+                first, first_count, first_cpu = time.perf_counter(), done, tree_cpu_s(worker.pid)
             time.sleep(POLL_S)  # a sampling interval, not a synchronisation
-        last = time.perf_counter()
+        last, last_cpu = time.perf_counter(), tree_cpu_s(worker.pid)
         worker.wait(60)
         if first is None or done < tasks:
             raise RuntimeError(f"{tree}: the drain finished {done} of {tasks} tasks")
@@ -80,6 +83,10 @@ def one_run(tree: Path, tasks: int) -> dict[str, float]:
             "drain_tasks_per_s": (tasks - first_count) / (last - first),
             "start_to_first_result_s": first - started,
             "server_cpu_us_per_task": (server_cpu_s(client) - cpu_before) / tasks * 1e6,
+            # The processes alive at both readings (the pool and its worker process), over the drain's window.
+            "worker_cpu_us_per_task": sum(last_cpu[pid] - first_cpu[pid] for pid in last_cpu.keys() & first_cpu.keys())
+            / (tasks - first_count)
+            * 1e6,
         }
         enqueue = subprocess.run(
             [*producer, "enqueue", str(ENQUEUES)], cwd=tree, env=env, check=True, capture_output=True, text=True
@@ -114,7 +121,10 @@ def main() -> None:
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
         shutil.rmtree(scratch, ignore_errors=True)
-    figures = ("drain_tasks_per_s", "server_cpu_us_per_task", "enqueue_per_s", "start_to_first_result_s")
+    figures = (
+        "drain_tasks_per_s", "worker_cpu_us_per_task", "server_cpu_us_per_task", "enqueue_per_s",
+        "start_to_first_result_s",
+    )  # fmt: skip
     ratios = {figure: paired(runs, figure) for figure in figures}
     summary = {figure: {"median_ratio": report.median(values), "ratios": values} for figure, values in ratios.items()}
     rows = [
