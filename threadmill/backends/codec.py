@@ -168,16 +168,24 @@ def _spec_json(task: Task) -> str:
 
 def encode_result(result: TaskResult, return_value: Any = None) -> str:
     """Return the document of `result` as it stands now, with its return value."""
-    # The task spec is the same for every result of a task: its JSON is built once.
+    # The task spec is the same for every result of a task: its JSON is built once. Every
+    # worker acknowledgement encodes one, so the times are read inline and the status by its
+    # `_value_` attribute (`.value` is a property): four and three Python calls a task fewer.
+    enqueued, started, attempted, finished = (
+        result.enqueued_at,
+        result.started_at,
+        result.last_attempted_at,
+        result.finished_at,
+    )
     doc = {
         "id": result.id,
-        "status": result.status.value,
+        "status": result.status._value_,
         "args": result.args,
         "kwargs": result.kwargs,
-        "enqueued_at": timestamp(result.enqueued_at),
-        "started_at": timestamp(result.started_at),
-        "last_attempted_at": timestamp(result.last_attempted_at),
-        "finished_at": timestamp(result.finished_at),
+        "enqueued_at": None if enqueued is None else enqueued.timestamp(),
+        "started_at": None if started is None else started.timestamp(),
+        "last_attempted_at": None if attempted is None else attempted.timestamp(),
+        "finished_at": None if finished is None else finished.timestamp(),
         "errors": [{"exception_class_path": e.exception_class_path, "traceback": e.traceback} for e in result.errors],
         "worker_ids": result.worker_ids,
         "return_value": return_value,

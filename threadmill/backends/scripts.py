@@ -284,7 +284,7 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         task_prefix = k.task("")
         for task_id, queue_name, token, document, segment, *more in entries:
             keys += [task_prefix + task_id, running[queue_name], segment_keys[queue_name, segment]]
-            args += [task_id, token, document, segment.value, index[queue_name]]
+            args += [task_id, token, document, segment._value_, index[queue_name]]  # `.value` is a property call
             marks += more[0] if more else "-"
             records.append(more[1] if len(more) > 1 else "")
             uniques += "u" if len(more) > 2 and more[2] else "-"
