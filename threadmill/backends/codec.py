@@ -77,11 +77,28 @@ def text(value: bytes | None) -> str:
     return "" if value is None else value.decode()
 
 
+#: The last text and the last number `moment` read, each with what it read it as: consecutive
+#: reads often share them (an acquire's first leases their start, text from the reply; an
+#: `enqueue_many` batch its enqueue time, a number in the document). A datetime is immutable.
+_last_text: tuple[Any, datetime | None] = (None, None)
+_last_number: tuple[Any, datetime | None] = (None, None)
+
+
 def moment(value: float | str | bytes | None) -> datetime | None:
     """Return epoch seconds (a number, or the text Redis replies with) as an aware UTC datetime."""
+    global _last_text, _last_number
     if value is None or value == b"" or value == "":
         return None
-    return _fromtimestamp(float(value), UTC)
+    is_text = isinstance(value, bytes | str)
+    last = _last_text if is_text else _last_number
+    if value == last[0]:  # the same text, or an equal number: the same time
+        return last[1]
+    read = _fromtimestamp(float(value), UTC)
+    if is_text:
+        _last_text = (value, read)
+    else:
+        _last_number = (value, read)
+    return read
 
 
 _last_uuid_ms = 0
