@@ -26,7 +26,7 @@ from .script_source import LuaScript
 try:
     from hiredis import pack_command
 except ImportError:  # without hiredis, redis-py packs in Python and `send` never calls this
-    pack_command = None
+    pack_command = None  # type: ignore[assignment]
 
 
 def reusable(connection: redis.Connection) -> redis.Connection:
