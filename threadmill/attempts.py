@@ -52,13 +52,28 @@ def attempt_record(result: ThreadmillTaskResult) -> str:
     if not result.lease_worker or result.lease_started_at is None:
         return ""
     ran = result.ran
-    leased = result.lease_started_at.timestamp()
     if ran is not None and result.status == TaskResultStatus.SUCCESSFUL:
-        # The common case, on every acknowledgement: spliced from JSON parts, the name's encoded once.
-        return f'[{_worker_json(result.lease_worker)},{leased!r},{ran[0]!r},{ran[1]!r},"successful",""]'
+        # The common case, on every acknowledgement: spliced from JSON parts.
+        return f'{_lease_json(result.lease_worker, result.lease_started_at)}{ran[0]!r},{ran[1]!r},"successful",""]'
+    leased = result.lease_started_at.timestamp()
     started, ended = (None, None) if ran is None else ran
     outcome = _ENDED_BY.get(ended_by(result)) or ("abandoned" if ran is None else "failed")
     return _dumps([result.lease_worker, leased, started, ended, outcome, _error_line(result)])
+
+
+#: The last lease `_lease_json` encoded: (worker, lease start, its record's opening).
+_last_lease: tuple[str, datetime, str] = ("", datetime.min, "")
+
+
+def _lease_json(worker: str, leased_at: datetime) -> str:
+    """Return a record's opening, `[worker,lease start,`: an acquire's leases share it, so it is encoded once a batch."""
+    global _last_lease
+    last = _last_lease
+    if last[1] is leased_at and last[0] == worker:
+        return last[2]
+    opening = f"[{_worker_json(worker)},{leased_at.timestamp()!r},"
+    _last_lease = (worker, leased_at, opening)
+    return opening
 
 
 @functools.lru_cache(maxsize=64)

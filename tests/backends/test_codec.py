@@ -37,3 +37,20 @@ def test_a_bounded_cache_forgets_its_oldest_entry_first():
     assert dict(cache) == {"b": "B", "c": "C", "d": "D"}
     cache.put("c", "again")
     assert len(cache) == 3 and cache["c"] == "again"
+
+
+def test_an_acquires_first_leases_read_their_shared_start_and_enqueue_time_once(backend):
+    enqueued = {r.id: r.enqueued_at for r in backend.enqueue_many(echo, [((i,), {}) for i in range(5)])}
+
+    leased = backend.acquire("default", count=5, worker="w-1")  # partitioned: one partition's tasks
+
+    assert leased and {r.id: r.enqueued_at for r in leased}.items() <= enqueued.items()
+    assert len({id(r.started_at) for r in leased}) == len({id(r.enqueued_at) for r in leased}) == 1
+    assert all(abs((r.started_at - r.lease_started_at).total_seconds()) < 1e-3 for r in leased)
+
+
+def test_reading_times_in_turn_reads_each_as_its_own_value():
+    texts = [b"1764650000.5", b"1764650000.5", b"1764650001.25", 1764650000.5, "1764650001.25", None, b"", 7]
+    assert [codec.moment(value) for value in texts] == [
+        None if value in (None, b"") else datetime.fromtimestamp(float(value), UTC) for value in texts
+    ]

@@ -4,7 +4,8 @@
 `git worktree`, then alternates the two trees (A B, B A, ...) on a fresh Valkey each run: the
 tree's own code enqueues `--tasks` echo tasks with `enqueue_many`, its own `threadmill worker
 --exit-empty -w 1 -t 1` drains them (tasks/s from the first finished task to the last, read by a
-ZCARD poll every 5 ms; the server's CPU per task over the whole run), then 10,000 single
+ZCARD poll every 5 ms; the server's CPU per task over the whole run, the worker process tree's over that
+window, read with psutil as the drain benchmark does), then 10,000 single
 `enqueue` calls from one thread are timed. Both trees run under `tests.settings` with this
 venv's packages. Paired ratios (B over A, each repeat's) are the figures to quote; the machine
 is shared, so a ratio of medians is not. Results go to results/ab.json.
@@ -13,6 +14,7 @@ is shared, so a ratio of medians is not. Results go to results/ab.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -23,9 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import redis
 
 from tests.benchmarks import report
+from tests.benchmarks.drain import tree_cpu_s
 from tests.benchmarks.server import valkey
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +59,16 @@ def server_cpu_s(client: redis.Redis) -> float:
     return info["used_cpu_sys"] + info["used_cpu_user"]
 
 
+def cpu_s(processes: list[psutil.Process]) -> dict[int, float]:
+    """Return the CPU seconds of each of `processes` still alive, by pid."""
+    cpu = {}
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = process.cpu_times()
+            cpu[process.pid] = times.user + times.system
+    return cpu
+
+
 def one_run(tree: Path, tasks: int) -> dict[str, float]:
     """Drain `tasks` echo tasks and time single enqueues with `tree`'s code, on a Valkey of its own."""
     with valkey() as server:
@@ -68,11 +82,18 @@ def one_run(tree: Path, tasks: int) -> dict[str, float]:
             cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         first = first_count = None
+        first_cpu: dict[int, float] = {}
+        last_cpu: dict[int, float] = {}
         while (done := client.zcard("threadmill:{default}:default:successful")) < tasks and worker.poll() is None:
             if first is None and done:
-                first, first_count = time.perf_counter(), done
+                first, first_count, first_cpu = time.perf_counter(), done, tree_cpu_s(worker.pid)
+                processes = [psutil.Process(pid) for pid in first_cpu]
+            elif first is not None:
+                # Read at every poll: the worker process may have exited by the time the last result is seen.
+                last_cpu.update(cpu_s(processes))
             time.sleep(POLL_S)  # a sampling interval, not a synchronisation
         last = time.perf_counter()
+        last_cpu.update(cpu_s(processes) if first is not None else {})
         worker.wait(60)
         if first is None or done < tasks:
             raise RuntimeError(f"{tree}: the drain finished {done} of {tasks} tasks")
@@ -80,6 +101,10 @@ def one_run(tree: Path, tasks: int) -> dict[str, float]:
             "drain_tasks_per_s": (tasks - first_count) / (last - first),
             "start_to_first_result_s": first - started,
             "server_cpu_us_per_task": (server_cpu_s(client) - cpu_before) / tasks * 1e6,
+            # The pool and its worker process, from the first result to the last poll that found them alive.
+            "worker_cpu_us_per_task": sum(last_cpu[pid] - first_cpu[pid] for pid in last_cpu.keys() & first_cpu.keys())
+            / (tasks - first_count)
+            * 1e6,
         }
         enqueue = subprocess.run(
             [*producer, "enqueue", str(ENQUEUES)], cwd=tree, env=env, check=True, capture_output=True, text=True
@@ -108,13 +133,17 @@ def main() -> None:
         runs = []
         for repeat in range(options.repeats):
             for name in ("A", "B") if repeat % 2 == 0 else ("B", "A"):
+                load = os.getloadavg()[0]  # the machine's load as the run starts: a shared machine's noise
                 run = one_run(old if name == "A" else ROOT, options.tasks)
-                runs.append({"tree": name, "repeat": repeat, **run})
+                runs.append({"tree": name, "repeat": repeat, "load_1m": load, **run})
                 print(json.dumps(runs[-1]), flush=True)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
         shutil.rmtree(scratch, ignore_errors=True)
-    figures = ("drain_tasks_per_s", "server_cpu_us_per_task", "enqueue_per_s", "start_to_first_result_s")
+    figures = (
+        "drain_tasks_per_s", "worker_cpu_us_per_task", "server_cpu_us_per_task", "enqueue_per_s",
+        "start_to_first_result_s",
+    )  # fmt: skip
     ratios = {figure: paired(runs, figure) for figure in figures}
     summary = {figure: {"median_ratio": report.median(values), "ratios": values} for figure, values in ratios.items()}
     rows = [

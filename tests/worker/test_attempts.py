@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
+from datetime import UTC, datetime
 
 import pytest
 from django.tasks import TaskResultStatus
 
 from tests import tasks
 from tests.worker.conftest import run_worker, wait_until
-from threadmill.attempts import ATTEMPTS_KEPT, attempts_of
+from threadmill.attempts import ATTEMPTS_KEPT, attempt_record, attempts_of
+from threadmill.outcome import mark_successful
 
 pytestmark = pytest.mark.slow
 
@@ -115,3 +118,30 @@ def test_a_run_a_time_limit_or_an_abort_ended_is_recorded_as_such(backend):
     assert limit.error == "threadmill.exceptions.TaskTimeout: Past 2 s."
     assert (abort.outcome, abort.started_at) == ("cancelled", None)
     assert abort.error == "threadmill.exceptions.TaskCancelled: Cancelled by ops."
+
+
+def test_the_records_of_one_acquires_leases_share_their_opening_encoded_once(backend):
+    for i in range(3):
+        tasks.echo.enqueue(i)
+    leased = backend.acquire("default", count=3, worker='w "quoted"')
+    for i, result in enumerate(leased):
+        mark_successful(result, datetime.now(UTC))
+        object.__setattr__(result, "ran", (1764650000.25 + i, 1764650000.5 + i))
+    timestamps = 0
+
+    def count(frame, event, arg):
+        nonlocal timestamps
+        if event == "c_call" and getattr(arg, "__name__", "") == "timestamp":
+            timestamps += 1
+
+    sys.setprofile(count)
+    try:
+        records = [attempt_record(result) for result in leased]
+    finally:
+        sys.setprofile(None)
+
+    leased_at = leased[0].lease_started_at.timestamp()
+    assert [json.loads(record) for record in records] == [
+        ['w "quoted"', leased_at, 1764650000.25 + i, 1764650000.5 + i, "successful", ""] for i in range(3)
+    ]
+    assert timestamps == 1

@@ -25,7 +25,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from .script_source import LuaScript
-from .transport import ServerTransport, dropped_on_failover, reusable
+from .transport import ServerTransport, dropped_on_failover, reusable, send
 
 logger = logging.getLogger("threadmill.backend")
 
@@ -83,7 +83,7 @@ class ClusterTransport(ServerTransport):
             connection = self._connection_for(key)
             try:
                 reusable(connection)
-                connection.send_command(*command)
+                send(connection, command)
             except (redis.ConnectionError, redis.TimeoutError) as e:
                 # Not sent, so not run: safe to send again once the map is fresh.
                 connection.disconnect()
@@ -125,7 +125,7 @@ class ClusterTransport(ServerTransport):
             reusable(connection)
             connection.send_command("ASKING")
             connection.read_response()
-            connection.send_command(*command)
+            send(connection, command)
             return connection.read_response()
         except (redis.ConnectionError, redis.TimeoutError):
             connection.disconnect()

@@ -278,9 +278,13 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         ]  # fmt: skip
         marks = uniques = ""
         records: list[str] = []
+        # Each queue's segment keys built once a call, not twice a task.
+        segment_keys = {(name, s): k.segment(name, s) for name in queues for s in (Segment.SUCCESSFUL, Segment.FAILED)}
+        running = {name: k.segment(name, Segment.RUNNING) for name in queues}
+        task_prefix = k.task("")
         for task_id, queue_name, token, document, segment, *more in entries:
-            keys += [k.task(task_id), k.segment(queue_name, Segment.RUNNING), k.segment(queue_name, segment)]
-            args += [task_id, token, document, segment.value, index[queue_name]]
+            keys += [task_prefix + task_id, running[queue_name], segment_keys[queue_name, segment]]
+            args += [task_id, token, document, segment._value_, index[queue_name]]  # `.value` is a property call
             marks += more[0] if more else "-"
             records.append(more[1] if len(more) > 1 else "")
             uniques += "u" if len(more) > 2 and more[2] else "-"

@@ -3,7 +3,8 @@
 Each call goes straight to a connection taken from the client's pool (kept per thread and
 per process), not through redis-py's command layer: measured, that layer cost about 57 us
 of CPU per call against 15 us for sending and reading directly, and the worker makes one or
-two calls per batch of tasks. `ServerTransport` serves a single server; `cluster.ClusterTransport`
+two calls per batch of tasks. A call is packed by hiredis straight from its arguments (`send`).
+`ServerTransport` serves a single server; `cluster.ClusterTransport`
 sends each call to the primary owning its keys' slot. The script wrappers (`scripts.RedisScripts`)
 hold one and never touch a connection themselves.
 """
@@ -17,9 +18,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from redis.connection import HiredisRespSerializer
 
 from .errors import durable_enqueue_error, is_failover_refusal
 from .script_source import LuaScript
+
+try:
+    from hiredis import pack_command
+except ImportError:  # without hiredis, redis-py packs in Python and `send` never calls this
+    pack_command = None  # type: ignore[assignment]
 
 
 def reusable(connection: redis.Connection) -> redis.Connection:
@@ -62,15 +69,33 @@ def dropped_on_failover(connection: redis.Connection, error: redis.ResponseError
     return True
 
 
+def send(connection: redis.Connection, command: Sequence[Any]) -> None:
+    """Send `command` (its name, then its arguments) on `connection`, packed by hiredis when the connection would be.
+
+    redis-py's hiredis packer copies the arguments into a new tuple first, checking each for a
+    buffer type these calls never send: measured half of its time on an acknowledgement of 256
+    tasks (2,300 arguments). An argument hiredis cannot pack goes the usual way, which says why.
+    """
+    if type(getattr(connection, "_command_packer", None)) is HiredisRespSerializer:
+        try:
+            packed = pack_command(tuple(command))  # no copy of a tuple
+        except TypeError:
+            pass
+        else:
+            connection.send_packed_command([packed])
+            return
+    connection.send_command(*command)
+
+
 def _evalsha(connection: redis.Connection, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
     """Send EVALSHA of `script` on `connection` and return its reply; on NOSCRIPT load it first."""
     try:
-        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        send(connection, ("EVALSHA", script.sha, len(keys), *keys, *args))
         return connection.read_response()
     except redis.exceptions.NoScriptError:
         connection.send_command("SCRIPT", "LOAD", script.source)
         connection.read_response()
-        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        send(connection, ("EVALSHA", script.sha, len(keys), *keys, *args))
         return connection.read_response()
 
 

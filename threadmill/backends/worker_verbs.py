@@ -165,7 +165,7 @@ class WorkerVerbs(ToolingHost):
         for result, return_value in outcomes:
             segment = Segment.SUCCESSFUL if result.status == TaskResultStatus.SUCCESSFUL else Segment.FAILED
             document = codec.encode_result(result, return_value)
-            end = _ENDED_BY.get(ended_by(result), "-")
+            end = "-" if segment is Segment.SUCCESSFUL else _ENDED_BY.get(ended_by(result), "-")
             record = attempt_record(result)
             unique = getattr(result.task, "unique", False)
             entries.append(

@@ -3,7 +3,9 @@
 The executor belongs to one consumer thread. It runs `async def` tasks on that thread's
 own event loop, created once, so an async task costs no loop setup. Everything a task
 does not need per call (the signal sender, the coroutine check, the clock) is looked up
-once, because at thousands of tasks a second each lookup shows in the profile.
+once, because at thousands of tasks a second each lookup shows in the profile. Django's
+`task_started` and a success's `task_finished` go through `task_signals`, which skips a send
+that only Django's log receiver would get while its level is off.
 
 A run with a time limit is armed on the process's watchdog, which raises `TaskTimeout` in a
 sync task's thread at the limit; an `async def` task is cancelled at its limit by its own loop
@@ -30,13 +32,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import close_old_connections
 from django.tasks import TaskContext
-from django.tasks.signals import task_finished, task_started
+from django.tasks.signals import task_finished
 from django.utils.json import normalize_json
 
 from ..base import ThreadmillTaskResult
 from ..exceptions import TaskCancelled, TaskTimeout
 from ..integrations import attempt_observers
 from ..outcome import error_of, mark_failed, mark_successful, retry_delay
+from . import task_signals
 from .logs import running_task
 
 if TYPE_CHECKING:
@@ -135,7 +138,7 @@ class Executor:
             # two tasks run back to back, the check after the first one is enough.
             close_old_connections()
             self.idle = False
-        task_started.send(self.sender, task_result=result)
+        task_signals.started.send(self.sender, result, logging.INFO)
         observers = self.observers
         # Started after task_started, whose receiver may raise: every watch started is ended below.
         watching = [observer.started(result) for observer in observers] if observers else None
@@ -168,7 +171,7 @@ class Executor:
             mark_successful(result, datetime.now(UTC))
             if watching:
                 self._observed(watching, result, None, False)
-            task_finished.send(self.sender, task_result=result)
+            task_signals.finished.send(self.sender, result, logging.INFO)
             return Outcome(result, value, None)
         finally:
             close_old_connections()
