@@ -32,16 +32,33 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 CONSOLE_SERVER = {"daphne", "twisted", "autobahn"}
 #: What only the console, its apps and the metrics view load.
 CONSOLE = {*CONSOLE_SERVER, "channels", "inspector", "django_htmx", "django_tables2", "prometheus_client"}
+#: What threadmill's spans carry their W3C context with, loaded only once a tracer provider is set up.
+PROPAGATION = ("opentelemetry.propagators", "opentelemetry.propagate", "opentelemetry.trace.propagation.tracecontext")
 #: The modules of the subcommands a worker's command line does not name (`run` starts an embedded Valkey).
 OTHER_SUBCOMMANDS = {path for name, path in SUBCOMMANDS.items() if name != "worker"} | {"threadmill.embedded"}
 #: The OpenTelemetry modules only tracing uses (threadmill's spans and their W3C context).
 TRACING = ("opentelemetry.trace", "opentelemetry.propagators", "opentelemetry.propagate")
 
 
-def worker_imports(settings: str) -> set[str]:
-    """Run an `--exit-empty` worker on empty queues under `settings`; return every module it imported."""
-    command = [sys.executable, "-X", "importtime", "-c", WITHOUT_OTEL_SDK, "manage.py", "threadmill", "worker",
-               "--exit-empty", "-w", "1", "-t", "1"]  # fmt: skip
+def worker_imports(settings: str, *, sdk: bool = False) -> set[str]:
+    """Run an `--exit-empty` worker on empty queues under `settings`; return every module it imported.
+
+    Without `sdk` it runs as an install without the OpenTelemetry SDK would.
+    """
+    manage = ["manage.py"] if sdk else ["-c", WITHOUT_OTEL_SDK, "manage.py"]
+    command = [
+        sys.executable,
+        "-X",
+        "importtime",
+        *manage,
+        "threadmill",
+        "worker",
+        "--exit-empty",
+        "-w",
+        "1",
+        "-t",
+        "1",
+    ]
     env = worker_env(DJANGO_SETTINGS_MODULE=settings)
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -60,6 +77,12 @@ def test_a_project_without_the_console_imports_neither_its_stack_nor_prometheus_
     assert not {name for name in imported if name.startswith(TRACING)}
     # Linux tells a snapshot's CPU and memory without psutil (threadmill/worker/usage.py).
     assert "psutil" not in imported or not STATM.exists()
+
+
+def test_where_redis_py_imports_the_tracing_api_and_no_provider_is_set_up_the_propagators_stay_unimported(redis_url):
+    imported = worker_imports("tests.settings_project", sdk=True)
+    assert "opentelemetry.trace" in imported  # redis-py's, through the SDK's metrics
+    assert not {name for name in imported if name.startswith(PROPAGATION)}
 
 
 def test_the_demo_site_worker_loads_the_console_apps_but_not_the_server_that_serves_them(redis_url):
