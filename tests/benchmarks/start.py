@@ -10,7 +10,10 @@ SIGTERM once its task started. Rows run one after the other on the same Valkey, 
 interleaved, after one round that is not counted (it fills the page cache); each figure is
 the median of the repeats. The ratio is against dramatiq's first task in the same run.
 Threadmill runs twice: under the demo site's settings (the console's apps installed) and
-under a new project's (`tests.settings_project`).
+under a new project's (`tests.settings_project`). The floor row is no worker: under the new
+project's settings it does what `manage.py` does before a command's own code (Django's
+management import and `django.setup()`), imports redis-py, and runs the probe's first
+statement itself (`start_floor.py`): the part of a start no Django worker can cut.
 
 `python -m tests.benchmarks start [--repeats N] [--peers dramatiq,rq,...] [--against REV]`;
 `--against` adds threadmill's rows at an older commit, run from a temporary worktree in the
@@ -74,8 +77,15 @@ def threadmill_rows(tree: Path = ROOT, tag: str = "") -> list[Row]:
     ]
 
 
+#: The floor: Django's set-up under a new project's settings and redis-py's import, then the probe task at once.
+FLOOR = Row(
+    "floor: Django set-up + redis-py import", "threadmill", ["-m", "tests.benchmarks.start_floor", "{token}"],
+    "tests.settings_project", True,
+)  # fmt: skip
+
+
 def rows(server_url: str, peers: list[str]) -> list[Row]:
-    """Return the rows to measure: threadmill under both settings, then each peer asked for."""
+    """Return the rows to measure: threadmill under both settings, the floor, then each peer asked for."""
     rq_url = f"{server_url.rsplit('/', 1)[0]}/{RQ_WORKER_DB}"
     known = {
         "dramatiq": Row("dramatiq", "dramatiq", ["-m", "dramatiq", "tests.benchmarks.peers.dramatiq_app",
@@ -91,7 +101,7 @@ def rows(server_url: str, peers: list[str]) -> list[Row]:
     unknown = set(peers) - known.keys()
     if unknown:
         raise ValueError(f"Unknown peers: {', '.join(sorted(unknown))}; choose from {', '.join(known)}.")
-    return [*threadmill_rows(), *(known[name] for name in peers)]
+    return [*threadmill_rows(), FLOOR, *(known[name] for name in peers)]
 
 
 @contextlib.contextmanager
@@ -124,7 +134,7 @@ def sample(ctx: Context, row: Row, token: str) -> dict[str, float]:
     with open(ctx.scratch / f"{row.system}.log", "a") as log:
         cpu_before, before = children_cpu_s(), time.time()
         worker = subprocess.Popen(
-            [sys.executable, *row.worker], cwd=row.tree, env=env, stdout=log, stderr=subprocess.STDOUT,
+            [sys.executable, *(arg.format(token=token) for arg in row.worker)], cwd=row.tree, env=env, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         try:

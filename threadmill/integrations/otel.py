@@ -1,7 +1,7 @@
 """OpenTelemetry traces: an enqueue span, the W3C trace context stored in the task, a span per attempt.
 
 Used when `opentelemetry-api` is installed (the `otel` extra) and a tracer provider (the SDK's)
-is set up; the API is imported only once one may be (`may_be_set_up`), and the spans go wherever
+is set up; the API is imported only once one may be (`may_be_set_up`), its propagator once one is, and the spans go wherever
 it sends them. The worker looks once, when it starts, so the provider must be set up by then (in settings, `AppConfig.ready` or `opentelemetry-instrument`). `enqueue` runs in a
 producer span "send <queue>" and stores its W3C trace context (`traceparent`, `tracestate`)
 in the task. Each attempt runs in a consumer span "process <queue>" that is a child of that
@@ -71,9 +71,17 @@ def is_set_up() -> bool:
     Without one every span is a no-op, and skipping them saves the worker about 5 µs a task
     (the integrations benchmark).
     """
-    if not may_be_set_up() or not _load():
+    if not may_be_set_up():
         return False
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    try:
+        from opentelemetry import trace as api
+    except ImportError:  # the `otel` extra is not installed
+        return False
+    # Asked before `_load`: where redis-py imported the API without any provider set up, the
+    # propagator `_load` imports cost a worker's start about 4 ms, for no span.
+    if isinstance(api.get_tracer_provider(), api.ProxyTracerProvider | api.NoOpTracerProvider):
+        return False
+    return _load()
 
 
 @contextmanager
