@@ -4,7 +4,8 @@ The role Sidekiq's `api.rb` plays for its web UI: the console never builds a Red
 never imports `redis`; every read and every action goes through here. One module per concern:
 `queues` (backends, queues, pages, one task), `actions` (counts, requeue, delete, purge, cancel),
 `workers` (telemetry), `controls` (pause, worker commands, orphaned tasks), `schedules`,
-`history` (per-minute series for charts), `metrics` (Prometheus); the overview lives here.
+`history` (per-minute series for charts), `metrics` (Prometheus), `workflows` (records and
+graphs); the overview lives here.
 Each action that touches several tasks is one
 Lua script (or one script per bounded window), so a crash cannot lose a task between two
 writes. Worker snapshots arrive on the telemetry channel; one `TelemetryHub` per process
@@ -30,7 +31,7 @@ from ..backends.tooling.metrics import TaskLimitState
 from ..base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
 from ..identity import WorkerName
 from ..limits import QueueLimit
-from . import controls, history, metrics, schedules
+from . import controls, history, metrics, schedules, workflows
 from .actions import (
     CANCEL_VIEW_LIMIT,
     CANCELLABLE_SEGMENTS,
@@ -132,6 +133,7 @@ __all__ = [
     "task",
     "timeline_of",
     "unreachable_backends",
+    "workflows",
 ]
 
 #: Points in a throughput sparkline, one per minute.

@@ -3,7 +3,7 @@
 Each concern of `threadmill.api` has its backend half in the module of the same name:
 `queues` (queue names, pages, one task), `actions` (requeue, delete, purge, cancel), `workers`
 (heartbeats), `controls` (paused queues, runtime limits, worker commands), `schedules`, `history`
-(per-minute series) and `metrics` (counts and counters); `host` declares what they use of
+(per-minute series), `metrics` (counts and counters) and `workflows` (records, graphs, task states); `host` declares what they use of
 the backend. `RedisTooling` is mixed into `RedisTaskBackend`; the console reaches it only
 through `threadmill.api`. Reads take one round trip a page, whatever a segment's depth;
 every write is one Lua script.
@@ -18,6 +18,7 @@ from .metrics import MetricsTooling, TaskLimitState, TaskLimitTooling
 from .queues import NEWEST_FIRST, QueueTooling
 from .schedules import ScheduleTooling
 from .workers import WorkerTooling
+from .workflows import WorkflowTooling
 
 __all__ = [
     "CANCEL_ROUNDS",
@@ -38,6 +39,7 @@ __all__ = [
     "TaskLimitState",
     "TaskLimitTooling",
     "WorkerTooling",
+    "WorkflowTooling",
 ]
 
 
@@ -50,5 +52,6 @@ class RedisTooling(
     HistoryTooling,
     MetricsTooling,
     TaskLimitTooling,
+    WorkflowTooling,
 ):
-    """Every tooling call of the backend: paging, acting on tasks, worker heartbeats, controls, limits, schedules, counts."""
+    """Every tooling call of the backend: paging, acting on tasks, worker heartbeats, controls, limits, schedules, counts, workflows."""
