@@ -135,6 +135,8 @@ def test_a_workflow_page_draws_each_task_by_depth_with_its_state(operator_client
     assert 'data-count="failed">2<' in html and 'data-count="successful">1<' in html
     # Unfinished: the graph refreshes itself.
     assert 'hx-trigger="every 2s"' in html
+    policy = response.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
 
 
 def test_a_workflow_page_escapes_hostile_names(operator_client, backend):
