@@ -610,3 +610,28 @@ def spell_after_failures(key, failures=1):
     if _runs().hincrby("test:runs", key, 1) <= failures:
         raise RuntimeError(f"run {key} fails")
     return spell.func(key)
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+@task(retry=never_retry)
+def fail_while_flagged(key):
+    """Raise while `key` is in the test server's `test:failing` set, else return it."""
+    if _runs().sismember("test:failing", key):
+        raise RuntimeError(f"{key} is flagged to fail.")
+    return key
+
+
+@task
+def run_until_aborted(key, timeout_s=30.0):
+    """Add `key` to the test server's `test:started` set, then poll `threadmill.aborting()` until it is True."""
+    import threadmill
+
+    _runs().sadd("test:started", key)
+    deadline = time.monotonic() + timeout_s
+    while not threadmill.aborting():
+        if time.monotonic() > deadline:
+            return "never aborted"
+        time.sleep(0.01)
+    return "aborted"

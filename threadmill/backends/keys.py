@@ -27,6 +27,13 @@ ACL_RULES = (
 
 #: Ready score band width: score = (100 - priority) * band + enqueue milliseconds.
 PRIORITY_BAND = 10**13
+
+
+def ready_score(priority: int, now: float) -> str:
+    """Return the ready-segment score of a task of `priority` enqueued at `now` (epoch seconds)."""
+    return f"{(100 - priority) * PRIORITY_BAND + int(now * 1000)}"
+
+
 #: The task hash fields a read of one task fetches, in this order.
 TASK_FIELDS = (
     "data",

@@ -170,7 +170,7 @@ class ToolingScripts(ScriptHost):
     ) -> int:
         """Cancel one task read in `segment`, or ask it to abort if it runs; the reply codes are cancel.lua's."""
         k = self.keys
-        read = segment if segment in ("ready", "deferred") else "ready"
+        read = segment if segment in ("waiting", "ready", "deferred") else "ready"
         keys = [
             k.task(task_id),
             k.segment(queue_name, read),

@@ -1,8 +1,12 @@
-"""The backend half of workflows (`threadmill.workflows`): their enqueue script's wrapper, the enqueue and the read.
+"""The backend half of workflows (`threadmill.workflows`): their scripts' wrappers, the enqueue, the read, the
+cancel and the retry.
 
 A workflow lives in partition 0's keys (one hash tag, so one slot of a cluster): its record,
 its tasks' hashes, their pending and children sets and the queues' waiting segments. The
 release is in acknowledge.lua (`lua/lib/workflow.lua`); docs/explanation/workflows.md has the design.
+A cancel or a retry of a whole workflow is a series of bounded script calls (`STEPS_PER_CALL`),
+each of which leaves the workflow consistent, so a crash between two of them is repaired by
+calling again.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils.json import normalize_json
 
-from ..base import Segment, ThreadmillTaskResult
+from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
 from ..exceptions import WorkflowError
 from ..workflows import COUNT_KEYS, WorkflowResult, status_of
 from . import codec
 from .errors import translate_errors
-from .keys import PRIORITY_BAND, TASK_FIELDS
+from .keys import TASK_FIELDS, THROUGHPUT_COUNTER_TTL_S, ready_score
 from .script_source import LuaScript, ScriptHost, script_source
+from .tooling.actions import CANCEL_ROUNDS, cancelled_document, default_canceller
 
 if TYPE_CHECKING:
     from ..workflows import Workflow, WorkflowNode
@@ -33,12 +38,21 @@ if TYPE_CHECKING:
 UPSTREAM_FAILED = "threadmill.exceptions.UpstreamFailed"
 #: Most task hashes one pipeline of `get_workflow` reads.
 READ_BATCH = 1000
+#: Most steps (a task, or a parent of a task the retry reads) one cancel_workflow or retry_workflow call
+#: takes: about 14 commands a cancelled task, 13 a retried one and 3 a parent read; at 1,000 a cancel call
+#: ran 39-158 ms on a 2-core VM at load 6-10 (100,000 HSETs in one script took 139-400 ms there), too near
+#: the 50 ms a call may hold the server on a quiet one. A task with more parents is one call of its own.
+STEPS_PER_CALL = 500
+#: The segments of a task `cancel_workflow` cancels (or, running, asks to abort).
+CANCELLABLE = ("waiting", "ready", "deferred", "running")
 _enqueue_workflow = LuaScript(script_source("enqueue_workflow"))
 _sweep_waiting = LuaScript(script_source("sweep_waiting"))
+_cancel_workflow = LuaScript(script_source("cancel_workflow"))
+_retry_workflow = LuaScript(script_source("retry_workflow"))
 
 
 class WorkflowScripts(ScriptHost):
-    """The enqueue_workflow script's wrapper (a base class of `scripts.RedisScripts`)."""
+    """The workflow scripts' wrappers (a base class of `scripts.RedisScripts`)."""
 
     @translate_errors
     def enqueue_workflow(self, workflow_id: str, name: str, graph: str, entries: Sequence[tuple]) -> int:
@@ -54,7 +68,7 @@ class WorkflowScripts(ScriptHost):
         for queue in queues:
             keys += [k.wake(queue), k.totals(queue)]
         args: list[Any] = [workflow_id, name, graph, len(queues), *queues]
-        for task_id, payload, queue, segment, ready_score, score, node, parents, policy in entries:
+        for task_id, payload, queue, segment, score_when_ready, score, node, parents, policy in entries:
             keys += [
                 k.task(task_id),
                 k.segment(queue, segment),
@@ -62,7 +76,8 @@ class WorkflowScripts(ScriptHost):
                 k.workflow_children(task_id),
             ]
             parent_text = ",".join(str(p) for p in parents)
-            args += [task_id, payload, index[queue], segment.value, ready_score, score, node, f"{parent_text}|{policy}"]
+            args += [task_id, payload, index[queue], segment.value, score_when_ready, score, node]
+            args.append(f"{parent_text}|{policy}")
         return self._run(_enqueue_workflow, keys, args)
 
     @translate_errors
@@ -74,6 +89,45 @@ class WorkflowScripts(ScriptHost):
         )
         return int(settled), int(looked)
 
+    @translate_errors
+    def cancel_workflow(
+        self, entries: Sequence[tuple[str, str, str, str]], result_ttl: float, request: str, minute: int
+    ) -> list[int]:
+        """Cancel (task id, queue, segment read, document) entries of one workflow; return cancel.lua's code each."""
+        k = self.keys
+        queues = list(dict.fromkeys(entry[1] for entry in entries))
+        index = {queue: j for j, queue in enumerate(queues, 1)}
+        keys: list[str] = []
+        for queue in queues:
+            keys += [k.totals(queue), k.throughput(queue, "egress", minute), k.throughput(queue, "failed", minute)]
+            keys.append(k.segment(queue, Segment.FAILED))
+        args: list[Any] = [int(result_ttl), request, THROUGHPUT_COUNTER_TTL_S, len(queues)]
+        for task_id, queue, segment, document in entries:
+            read = segment if segment in ("waiting", "ready", "deferred") else "ready"
+            keys += [k.task(task_id), k.segment(queue, read)]
+            args += [task_id, segment, document, index[queue]]
+        return [int(code) for code in self._run(_cancel_workflow, keys, args)]
+
+    @translate_errors
+    def retry_workflow(
+        self, workflow_id: str, entries: Sequence[tuple[str, str, str, Sequence[str]]]
+    ) -> tuple[int, int]:
+        """Make (task id, queue, ready score, parent ids) entries of a workflow run again; return (ready, waiting)."""
+        k = self.keys
+        queues = list(dict.fromkeys(entry[1] for entry in entries))
+        index = {queue: j for j, queue in enumerate(queues, 1)}
+        keys = [k.workflow(workflow_id)]
+        for queue in queues:
+            keys += [k.segment(queue, s) for s in (Segment.FAILED, Segment.READY, Segment.WAITING)] + [k.wake(queue)]
+        args: list[Any] = [len(queues)]
+        for task_id, queue, score, parents in entries:
+            keys += [k.task(task_id), k.workflow_pending(task_id)]
+            for parent in parents:
+                keys += [k.task(parent), k.workflow_children(parent)]
+            args += [task_id, index[queue], score, ",".join(parents)]
+        ready, waiting = self._run(_retry_workflow, keys, args)
+        return int(ready), int(waiting)
+
 
 class WorkflowBackend:
     """What `RedisTaskBackend` does for workflows: new ids, the enqueue and the read."""
@@ -82,6 +136,7 @@ class WorkflowBackend:
     client: Any
     scripts: Any
     keys: Any
+    config: Any
 
     if TYPE_CHECKING:
 
@@ -126,20 +181,20 @@ class WorkflowBackend:
         task = node.task
         args, kwargs = normalize_json(list(node.args)), normalize_json(node.kwargs)
         payload = codec.encode_new(task, node.id, args, kwargs, now)
-        ready_score = f"{(100 - task.priority) * PRIORITY_BAND + int(now * 1000)}"
+        score_when_ready = ready_score(task.priority, now)
         if node.parents:
-            segment, score = Segment.WAITING, ready_score
+            segment, score = Segment.WAITING, score_when_ready
         elif task.run_after is not None:
             segment, score = Segment.DEFERRED, repr(task.run_after.timestamp())
         else:
-            segment, score = Segment.READY, ready_score
+            segment, score = Segment.READY, score_when_ready
         parents = [index[p.id] for p in node.parents]
         return (
             node.id,
             payload,
             task.queue_name,
             segment,
-            ready_score,
+            score_when_ready,
             score,
             node.name,
             parents,
@@ -167,6 +222,102 @@ class WorkflowBackend:
         counts["READY"] = len(nodes) - sum(counts.values())
         name = record.get(b"name", b"").decode()
         return WorkflowResult(workflow_id, name, self.alias, status_of(counts), counts, tasks)
+
+    def cancel_workflow(self, workflow_id: str, *, by: str = "") -> int:
+        """Cancel every task of a workflow that has not run (TaskCancelled) and ask each running one to abort.
+
+        Bounded script calls, children first, each settling what it cancels; calling again after a
+        crash finishes the job. Returns how many tasks were cancelled or asked to abort (a running
+        task asked before counts again). Raises TaskResultDoesNotExist for an unknown id.
+        """
+        task_ids = [task_id for _, task_id, _ in reversed(self._graph(workflow_id))]
+        now = time.time()
+        by = by or default_canceller()
+        request, minute = json.dumps({"by": by, "at": now}), int(now // 60)
+        took = 0
+        for _ in range(CANCEL_ROUNDS):
+            entries = self._cancellable(task_ids, by, now)
+            task_ids = []
+            for start in range(0, len(entries), STEPS_PER_CALL):
+                chunk = entries[start : start + STEPS_PER_CALL]
+                codes = self.scripts.cancel_workflow(chunk, self.config.result_ttl, request, minute)
+                took += sum(1 for code in codes if code in (1, 2))
+                task_ids += [entry[0] for entry, code in zip(chunk, codes, strict=True) if code == -1]
+            if not task_ids:
+                break
+        return took
+
+    def _cancellable(self, task_ids: Sequence[str], by: str, now: float) -> list[tuple[str, str, str, str]]:
+        """Return a (task id, queue, segment, document) entry for each task not final, its cancelled document built."""
+        entries = []
+        rows = self._fields(task_ids, ("data", "queue", "segment"))
+        for task_id, (data, queue, segment) in zip(task_ids, rows, strict=True):
+            if data is None or queue is None or segment is None or segment.decode() not in CANCELLABLE:
+                continue
+            document = ""
+            if segment != b"running":
+                document = cancelled_document(task_id, data, Segment(segment.decode()), by, now)
+                if document is None:
+                    continue
+            entries.append((task_id, queue.decode(), segment.decode(), document))
+        return entries
+
+    def retry_workflow(self, workflow_id: str) -> int:
+        """Make every failed task of a workflow run again: ready if its parents succeeded, else waiting for them.
+
+        A task failed because its parent failed waits for the parent's new run; the record's counts
+        follow. Bounded script calls in graph order (parents first); calling again after a crash
+        finishes the job. Returns how many tasks were made ready or waiting again. Raises
+        TaskResultDoesNotExist for an unknown id.
+        """
+        nodes = self._graph(workflow_id)
+        id_of = {name: task_id for name, task_id, _ in nodes}
+        task_ids = [task_id for _, task_id, _ in nodes]
+        now, entries = time.time(), []
+        rows = self._fields(task_ids, ("data", "queue", "segment"))
+        for (_, task_id, parents), (data, queue, segment) in zip(nodes, rows, strict=True):
+            if segment == b"failed" and data is not None and queue is not None:
+                try:
+                    priority = codec.decode(data, Segment.FAILED).task.priority
+                except UNREADABLE_PAYLOAD_ERRORS:
+                    continue
+                entries.append((task_id, queue.decode(), ready_score(priority, now), [id_of[p] for p in parents]))
+        moved = 0
+        for chunk in _by_steps(entries):
+            moved += sum(self.scripts.retry_workflow(workflow_id, chunk))
+        return moved
+
+    @translate_errors
+    def _graph(self, workflow_id: str) -> list:
+        """Return a workflow's graph, [[node, task id, [parent nodes]], ...]; raise TaskResultDoesNotExist if unknown."""
+        graph = self.client.hget(self.keys.workflow(workflow_id), "graph")
+        if graph is None:
+            raise TaskResultDoesNotExist(f"No workflow with id {workflow_id!r} is stored.")
+        return json.loads(graph)
+
+    @translate_errors
+    def _fields(self, task_ids: Sequence[str], fields: Sequence[str]) -> list[list]:
+        """Return the given fields of each task hash, in one round trip per `READ_BATCH` tasks."""
+        rows: list[list] = []
+        for start in range(0, len(task_ids), READ_BATCH):
+            pipe = self.client.pipeline(transaction=False)
+            for task_id in task_ids[start : start + READ_BATCH]:
+                pipe.hmget(self.keys.task(task_id), fields)
+            rows += pipe.execute()
+        return rows
+
+
+def _by_steps(entries: list[tuple[str, str, str, list[str]]]) -> list[list[tuple[str, str, str, list[str]]]]:
+    """Cut retry entries into chunks of at most `STEPS_PER_CALL` steps, a task and each of its parents one step."""
+    chunks: list[list] = [[]]
+    steps = 0
+    for entry in entries:
+        if chunks[-1] and steps + 1 + len(entry[3]) > STEPS_PER_CALL:
+            chunks.append([])
+            steps = 0
+        chunks[-1].append(entry)
+        steps += 1 + len(entry[3])
+    return [chunk for chunk in chunks if chunk]
 
 
 def with_upstream_failure(result: ThreadmillTaskResult, stored: bytes) -> ThreadmillTaskResult:

@@ -296,8 +296,8 @@ class ActionTooling(ToolingHost):
                 return CancelOutcome.UNKNOWN
             queue_name, segment = fields[1].decode(), fields[2].decode()
             document: str | None = ""
-            if segment in ("ready", "deferred"):
-                document = self._cancelled_document(task_id, fields[0], Segment(segment), by, now)
+            if segment in ("waiting", "ready", "deferred"):
+                document = cancelled_document(task_id, fields[0], Segment(segment), by, now)
                 if document is None:
                     return CancelOutcome.UNREADABLE
             minute = int(now // 60)
@@ -306,18 +306,18 @@ class ActionTooling(ToolingHost):
                 break
         return _CANCEL_REPLIES.get(reply, CancelOutcome.KEPT_MOVING)
 
-    @staticmethod
-    def _cancelled_document(task_id: str, data: bytes, segment: Segment, by: str, now: float) -> str | None:
-        """Return a ready or deferred task's document finished as cancelled by `by`; None if unreadable."""
-        try:
-            result = codec.decode(data, segment)
-        except UNREADABLE_PAYLOAD_ERRORS as e:
-            logger.warning("Task %s cannot be cancelled: its payload is unreadable (%s).", task_id, e)
-            return None
-        at = datetime.fromtimestamp(now, UTC)
-        message = f"Task {task_id} was cancelled by {by} at {at.isoformat()} before it ran."
-        mark_failed(result, cancelled_error(message), at)
-        return codec.encode_result(result)
+
+def cancelled_document(task_id: str, data: bytes, segment: Segment, by: str, now: float) -> str | None:
+    """Return a waiting, ready or deferred task's document finished as cancelled by `by`; None if unreadable."""
+    try:
+        result = codec.decode(data, segment)
+    except UNREADABLE_PAYLOAD_ERRORS as e:
+        logger.warning("Task %s cannot be cancelled: its payload is unreadable (%s).", task_id, e)
+        return None
+    at = datetime.fromtimestamp(now, UTC)
+    message = f"Task {task_id} was cancelled by {by} at {at.isoformat()} before it ran."
+    mark_failed(result, cancelled_error(message), at)
+    return codec.encode_result(result)
 
 
 _CANCEL_REPLIES = {

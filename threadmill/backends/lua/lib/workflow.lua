@@ -9,7 +9,8 @@
 -- of a failed parent whose policy is "cancel" is recorded failed at once, field `upstream_failed`
 -- naming the parent, and settles its own children in the same call (breadth first).
 -- Bounded: one script call visits at most WORKFLOW_BUDGET children; the rest keep their parent in
--- their pending sets and the broker's sweeper (sweep_waiting.lua) settles them in later calls. A
+-- their pending sets and the broker's sweeper (sweep_waiting.lua) settles them in later calls (the
+-- children sets a call cut short expire with the results, as a final child left in one needs nothing). A
 -- task's outcome is counted in the record once, marked by its `counted` field, however many calls
 -- settle its children.
 
@@ -27,6 +28,14 @@ local function count_outcome(task_key, record, failed)
   if redis.call('HSETNX', task_key, 'counted', '1') == 1 then
     redis.call('HINCRBY', record, failed and 'failed' or 'successful', 1)
   end
+end
+
+-- Take waiting task `id` (hash `task_key`) of workflow `wid` out of the wait it is in (its pending set, the
+-- record's waiting count); its caller moves it out of the waiting segment.
+local function leave_waiting(task_key, id, wid)
+  local prefix = prefix_of(task_key, id)
+  redis.call('DEL', prefix .. ':pending:' .. id)
+  redis.call('HINCRBY', prefix .. ':workflow:' .. wid, 'waiting', -1)
 end
 
 -- Fail waiting task `child` (hash `child_key`, of `queue`) because `parent` (node `parent_node`) failed.
@@ -72,6 +81,13 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
         woken[queue] = true
       end
       redis.call('SREM', children_key, child)
+    end
+  end
+  if budget <= 0 then
+    -- Cut short: a waiting child left is reached through its pending set (the sweeper), and one that is
+    -- final already needs no visit, so the sets left go with the results.
+    for i = math.max(head - 1, 1), #settling do
+      redis.call('EXPIRE', prefix .. ':children:' .. settling[i][1], ttl)
     end
   end
   for queue in pairs(woken) do

@@ -1,0 +1,136 @@
+"""Every final outcome of a workflow task settles: the reaper's, recovery's and a cancel's, and a waiting task's cancel.
+
+The reaper and recovery record their failures through acknowledge.lua, so they settle as a
+worker's acknowledgement does; cancel.lua settles in its own call. Each fault is real: a lease
+left to expire on the server's clock, a worker whose heartbeats stop, a cancel through the backend.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.tasks import TaskResultStatus, task_backends
+
+from tests import tasks
+from tests.backends.conftest import finish, same_server
+from tests.worker.conftest import wait_until
+from threadmill.backends.broker.reaper import Reaper
+from threadmill.backends.broker.recovery import Recovery
+from threadmill.backends.broker.sweeper import Sweeper
+from threadmill.backends.redis import RedisTaskBackend
+from threadmill.base import Segment
+from threadmill.outcome import WORKER_LOSS_LIMIT
+from threadmill.workflows import Workflow
+
+PREFIX = "threadmill:{default}"
+UPSTREAM_FAILED = "threadmill.exceptions.UpstreamFailed"
+CANCELLED = "threadmill.exceptions.TaskCancelled"
+
+
+@pytest.fixture
+def backend():
+    return task_backends["default"]
+
+
+def _short(backend, **options) -> RedisTaskBackend:
+    """Another backend on the same server and keys, with short timeouts `options`."""
+    return RedisTaskBackend("default", same_server(backend, QUEUES=["default"], OPTIONS=options))
+
+
+def _chain(*policies: str):
+    """Enqueue a chain parent -> child (-> grandchild ...), each link with its child's failure policy."""
+    wf = Workflow()
+    nodes = [wf.add(tasks.echo, ("root",))]
+    for policy in policies:
+        nodes.append(wf.add(tasks.echo, (policy,), after=[nodes[-1]], on_parent_failure=policy))
+    return wf.enqueue(), nodes
+
+
+def _counts(backend, run) -> dict[str, int]:
+    return backend.get_workflow(run.id).counts
+
+
+def _settled_once(backend, run, failed: int, successful: int = 0) -> None:
+    """Assert the record counts `failed` and `successful` and expires, and a sweep finds nothing left to settle."""
+    assert Sweeper(backend).sweep("default", 0) == 0
+    assert _counts(backend, run) == {
+        "WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": successful, "FAILED": failed,
+    }  # fmt: skip
+    assert backend.client.ttl(f"{PREFIX}:workflow:{run.id}") > 0
+    assert not backend.client.exists(*(f"{PREFIX}:{kind}:{t}" for t in run.tasks.values() for kind in ("children",
+        "pending")))  # fmt: skip
+
+
+def _error_path(backend, task_id: str) -> str:
+    return backend.get_result(task_id).errors[-1].exception_class_path
+
+
+def test_the_reaper_fails_an_expired_parent_and_its_child_once(backend):
+    run, (parent, child) = _chain("cancel")
+    short = _short(backend, lease_ttl=1)
+    assert short.acquire("default", worker="h:gone")[0].id == parent.id
+    wait_until(lambda: Reaper(short).reap("default") == 1, "the lease expired and the reaper failed it")
+    assert _error_path(backend, parent.id).endswith("AcknowledgementTimeout")
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    _settled_once(backend, run, failed=2)
+
+
+def test_recovery_fails_a_parent_that_keeps_losing_its_worker_and_its_child_once(backend):
+    run, (parent, child) = _chain("cancel")
+    short = _short(backend, worker_timeout=1, socket_timeout=1)
+    for _ in range(WORKER_LOSS_LIMIT):
+        leased = short.acquire("default", worker="h:lost")[0]
+        assert leased.id == parent.id
+        short.heartbeat("h:lost", {"type": "worker", "running": [parent.id]})
+        short.record_progress(leased, "started")  # what a worker records for a suspect it starts
+        # The worker stops here: its heartbeat goes stale on the server's clock.
+        wait_until(lambda: Recovery(short).recover("default") == 1, "recovery took back the lost worker's lease")
+    assert backend.get_result(parent.id).status == TaskResultStatus.FAILED
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    _settled_once(backend, run, failed=2)
+
+
+def test_cancelling_a_ready_parent_fails_its_child_and_finishes_the_workflow(backend):
+    run, (parent, child) = _chain("cancel")
+    assert backend.cancel(parent.id) is True
+    assert _error_path(backend, parent.id) == CANCELLED
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    _settled_once(backend, run, failed=2)
+
+
+def test_cancelling_a_leaf_counts_it_so_the_record_expires(backend):
+    wf = Workflow()
+    leaf = wf.add(tasks.echo)
+    run = wf.enqueue()
+    assert backend.cancel(leaf.id) is True
+    _settled_once(backend, run, failed=1)
+
+
+def test_cancelling_a_ready_parent_releases_a_child_whose_policy_is_run(backend):
+    run, (parent, child) = _chain("run")
+    backend.client.delete(f"{PREFIX}:default:wake")
+    assert backend.cancel(parent.id) is True
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert backend.client.lrange(f"{PREFIX}:default:wake", 0, -1) == [b"1"]
+    assert _counts(backend, run) == {"WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1}
+
+
+def test_cancelling_a_waiting_task_fails_it_and_cascades_to_its_children(backend):
+    run, (root, middle, leaf) = _chain("cancel", "cancel")
+    assert backend.cancel(middle.id) is True
+    assert _error_path(backend, middle.id) == CANCELLED
+    assert _error_path(backend, leaf.id) == UPSTREAM_FAILED
+    assert backend.client.zcard(f"{PREFIX}:default:waiting") == 0
+    assert _counts(backend, run) == {"WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 2}
+    # The root still runs; its acknowledgement finds its only child final and settles nothing more.
+    leased = backend.acquire("default", worker="w")[0]
+    assert leased.id == root.id
+    assert finish(backend, leased) is True
+    _settled_once(backend, run, failed=2, successful=1)
+
+
+def test_cancelling_a_waiting_task_releases_a_child_whose_policy_is_run(backend):
+    run, (_root, middle, leaf) = _chain("cancel", "run")
+    assert backend.cancel(middle.id) is True
+    assert backend.get_result(leaf.id).segment is Segment.READY
+    assert backend.client.zrange(f"{PREFIX}:default:waiting", 0, -1) == []
+    assert _counts(backend, run)["WAITING"] == 0
