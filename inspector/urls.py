@@ -28,6 +28,8 @@ urlpatterns = [
     ),
     path("workflows/", workflows.workflow_list, name="workflow_list"),
     path("workflows/<tm_task_id:workflow_id>/", workflows.workflow_detail, name="workflow_detail"),
+    path("workflows/<tm_task_id:workflow_id>/cancel/", workflows.cancel_workflow, name="cancel_workflow"),
+    path("workflows/<tm_task_id:workflow_id>/retry/", workflows.retry_workflow, name="retry_workflow"),
     path("search/", views.search, name="search"),
     path("metrics", metrics.metrics, name="metrics"),
     path("ready", ready.ready, name="ready"),

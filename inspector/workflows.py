@@ -3,19 +3,24 @@
 Read through `threadmill.api.workflows`: a list page is two round trips (a filtered one, two per
 batch of records scanned); a workflow's page draws at most `api.workflows.GRAPH_PAGE` tasks and
 reads only their states, so a 10,000-task workflow is paged, never drawn whole. An unfinished
-workflow's graph and counts refresh by an htmx poll of their partial.
+workflow's graph, counts and actions refresh by an htmx poll of their partial. Cancel and Retry
+are POSTs, for users with the change permission, audited like the task actions.
 """
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.core.exceptions import BadRequest
 from django.http import Http404
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET, require_POST
 
 from threadmill import api
 
-from .security import console_view
+from . import audit
+from .security import can_change, change_required, console_view
 from .tables import PER_PAGE
 from .views import _page_number, _partial
 
@@ -60,12 +65,12 @@ def workflow_list(request):
 @require_GET
 @console_view
 def workflow_detail(request, workflow_id: str):
-    alias = _alias(request.GET) if "backend" in request.GET else _where(workflow_id)
+    alias = _workflow_alias(request, workflow_id)
     try:
         graph = api.workflows.workflow(alias, workflow_id, page=_page_number(request))
     except api.TaskResultDoesNotExist as e:
         raise Http404(str(e)) from e
-    context = {
+    context = {"can_change": can_change(request.user),
         "active": "workflows", "backend": alias, "graph": graph, "summary": graph.summary,
         "state_counts": [(s, graph.states[s]) for s in TASK_STATES if s in graph.states],
         "refresh_s": REFRESH_S, "paged": graph.pages > 1, "graph_page": api.workflows.GRAPH_PAGE,
@@ -73,8 +78,56 @@ def workflow_detail(request, workflow_id: str):
     return render(request, _partial(request, "inspector/workflow_detail.html", "workflow-graph"), context)
 
 
+def _workflow_alias(request, workflow_id: str) -> str:
+    """Return the backend a workflow URL names (`?backend=`), else the first that stores the workflow; 404 if none."""
+    return _alias(request.GET) if "backend" in request.GET else _where(workflow_id)
+
+
 def _where(workflow_id: str) -> str:
     alias = api.workflows.find_workflow(api.backend_aliases(), workflow_id)
     if alias is None:
         raise Http404(f"No workflow with id {workflow_id!r} is stored.")
     return alias
+
+
+@require_POST
+@console_view
+@change_required
+def cancel_workflow(request, workflow_id: str):
+    alias = _workflow_alias(request, workflow_id)
+    took = _or_404(api.workflows.cancel_workflow, alias, workflow_id, by=request.user.get_username())
+    audit.record(request, "cancel", alias, "", "", f"workflow {workflow_id}", took)
+    if took:
+        messages.success(request, f"Workflow {workflow_id}: {_tasks(took)} cancelled, or asked to abort if running.")
+    else:
+        messages.warning(request, f"Workflow {workflow_id} was not cancelled: every task of it had finished.")
+    return redirect(_detail_url(alias, workflow_id))
+
+
+@require_POST
+@console_view
+@change_required
+def retry_workflow(request, workflow_id: str):
+    alias = _workflow_alias(request, workflow_id)
+    took = _or_404(api.workflows.retry_workflow, alias, workflow_id)
+    audit.record(request, "retry", alias, "", "", f"workflow {workflow_id}", took)
+    if took:
+        messages.success(request, f"Workflow {workflow_id}: {_tasks(took)} will run again.")
+    else:
+        messages.warning(request, f"Workflow {workflow_id} was not retried: no task of it had failed.")
+    return redirect(_detail_url(alias, workflow_id))
+
+
+def _or_404(action, alias: str, workflow_id: str, **kwargs) -> int:
+    try:
+        return action(alias, workflow_id, **kwargs)
+    except api.TaskResultDoesNotExist as e:
+        raise Http404(str(e)) from e
+
+
+def _tasks(count: int) -> str:
+    return f"{count} task{'' if count == 1 else 's'}"
+
+
+def _detail_url(alias: str, workflow_id: str) -> str:
+    return f"{reverse('inspector:workflow_detail', args=[workflow_id])}?{urlencode({'backend': alias})}"

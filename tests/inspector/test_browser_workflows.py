@@ -11,7 +11,15 @@ import re
 
 import pytest
 
-from tests.inspector.test_browser import browser, expect_text, live, log_in, page, shot  # noqa: F401 - fixtures
+from tests.inspector.test_browser import (  # noqa: F401 - fixtures
+    accept_dialogs,
+    browser,
+    expect_text,
+    live,
+    log_in,
+    page,
+    shot,
+)
 from threadmill.api.workflows import GRAPH_PAGE
 
 pytestmark = pytest.mark.browser
@@ -61,6 +69,15 @@ def test_the_list_shows_workflows_and_filters_them_by_state(page, live, backend)
     page.click(f'tr[data-workflow="{done.id}"] a')
     page.wait_for_url(f"**/threadmill/workflows/{done.id}/**")
     expect_text(page, "#workflow-state", "successful")
+    assert page.locator("#cancel-workflow").count() == 0  # nothing left to cancel
+    page.goto(f"/threadmill/workflows/{waiting.id}/")
+    asked = accept_dialogs(page)
+    page.click("#cancel-workflow button")
+    expect_text(page, ".messages", f"Workflow {waiting.id}: 50 tasks cancelled, or asked to abort if running.")
+    assert asked == [
+        "Cancel workflow waiting import? Its tasks that have not run will not run; its running tasks are asked to abort."
+    ]
+    expect_text(page, '#workflow-counts [data-count="failed"]', "49")
     assert page.csp_violations == []
 
 
@@ -79,6 +96,12 @@ def test_a_fifty_task_workflow_is_drawn_by_layer_and_follows_its_pool_live(page,
     expect_text(page, '#workflow-counts [data-count="successful"]', "48")
     expect_text(page, '#workflow-counts [data-count="failed"]', "2")
     shot(page, "workflow_detail")
+    asked = accept_dialogs(page)
+    page.click("#retry-workflow button")
+    expect_text(page, ".messages", f"Workflow {run.id}: 2 tasks will run again.")
+    assert asked == ["Retry workflow nightly import? Its 2 failed tasks run again, each after its parents."]
+    expect_text(page, "#workflow-state", "failed")  # parse-13 raises again, and load fails after it
+    expect_text(page, '#workflow-counts [data-count="successful"]', "48")
     page.click('a.node[data-node="fetch-5"]')
     page.wait_for_url(f"**/threadmill/default/task/{run.tasks['fetch-5'].id}/")
     expect_text(page, "#task-workflow-link", "nightly import")

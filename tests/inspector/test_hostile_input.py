@@ -370,6 +370,26 @@ def test_the_workflow_pages_answer_any_id_and_query_without_a_500(operator_csrf,
         assert "<script>x" not in response.content.decode()
 
 
+@HYPOTHESIS
+@given(
+    target=value("workflow", "root"),
+    action=value("cancel", "retry"),
+    backend=st.one_of(st.sampled_from([None, "default"]), value("default")),
+    data=form(junk=(st.none(), text)),
+    headers=htmx_headers,
+)
+def test_the_workflow_actions_answer_any_id_and_input_without_a_500(
+    operator_csrf, workflow_ids, target, action, backend, data, headers
+):
+    client, token = operator_csrf
+    path = quote(workflow_ids.get(target, target), safe="")
+    query = urlencode({"backend": backend} if backend is not None else {})
+    url = f"/threadmill/workflows/{path}/{quote(action, safe='')}/?{query}"
+    response = request(client, "POST", url, headers, data, token)
+    if target == "workflow" and action in ("cancel", "retry") and backend in (None, "default"):
+        assert response.status_code == 302, url
+
+
 # -- operator controls ---------------------------------------------------------------------------
 
 

@@ -201,3 +201,79 @@ def test_a_plain_task_page_shows_no_workflow(operator_client, backend):
 
     html = operator_client.get(f"/threadmill/default/task/{echo.enqueue(1).id}/").content.decode()
     assert 'id="task-workflow"' not in html
+
+
+# -- actions ---------------------------------------------------------------------------
+
+
+def test_cancel_and_retry_are_offered_only_to_who_may_act(operator_client, client_as, viewer, backend):
+    run = diamond(backend)
+    url = f"/threadmill/workflows/{run.id}/"
+    page = operator_client.get(url).content.decode()
+    assert f'action="/threadmill/workflows/{run.id}/cancel/?backend=default" id="cancel-workflow"' in page
+    assert f'action="/threadmill/workflows/{run.id}/retry/?backend=default" id="retry-workflow"' in page
+    assert page.count('name="csrfmiddlewaretoken"') >= 2
+    read_only = client_as(viewer).get(url).content.decode()
+    assert 'id="workflow-actions"' not in read_only
+
+
+def test_a_workflow_action_needs_a_post_with_csrf_and_the_change_permission(client_as, viewer, operator, backend):
+    from tests.inspector.conftest import csrf_post
+
+    run = chain(3)
+    for action in ("cancel", "retry"):
+        url = f"/threadmill/workflows/{run.id}/{action}/"
+        assert csrf_post(client_as(viewer), url, {}).status_code == 403
+        assert client_as(operator).post(url, {}).status_code == 403  # no CSRF token
+        assert client_as(operator).get(url).status_code == 405
+    run.refresh()
+    assert run.counts["WAITING"] == 2 and run.counts["FAILED"] == 0
+
+
+def test_cancel_fails_every_task_not_run_and_is_audited(operator_client, backend):
+    from inspector.models import AuditEntry
+    from tests.inspector.conftest import csrf_post
+
+    run = chain(3)
+    response = csrf_post(operator_client, f"/threadmill/workflows/{run.id}/cancel/", {})
+    assert response.status_code == 302
+    assert response["Location"] == f"/threadmill/workflows/{run.id}/?backend=default"
+    run.refresh()
+    assert run.counts["FAILED"] == 3
+    assert {t.errors[-1].exception_class_path for t in run.tasks.values()} == {"threadmill.exceptions.TaskCancelled"}
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.backend, entry.scope, entry.count, entry.username) == (
+        "cancel", "default", f"workflow {run.id}", 3, "operator",
+    )  # fmt: skip
+    page = operator_client.get(response["Location"]).content.decode()
+    assert f"Workflow {run.id}: 3 tasks cancelled, or asked to abort if running." in page
+    again = csrf_post(operator_client, f"/threadmill/workflows/{run.id}/cancel/", {})
+    assert "every task of it had finished" in unescape(operator_client.get(again["Location"]).content.decode())
+
+
+def test_retry_runs_the_failed_tasks_again_after_their_parents_and_is_audited(operator_client, backend):
+    from inspector.models import AuditEntry
+    from tests.inspector.conftest import csrf_post
+
+    run = diamond(backend)
+    response = csrf_post(operator_client, f"/threadmill/workflows/{run.id}/retry/", {})
+    assert response.status_code == 302
+    run.refresh()
+    # transform is ready again; load waits for it (its other parent is still running).
+    assert (run.tasks["transform"].status, run.tasks["load"].segment.value) == ("READY", "waiting")
+    assert run.counts["FAILED"] == 0 and run.counts["SUCCESSFUL"] == 1
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.scope, entry.count) == ("retry", f"workflow {run.id}", 2)
+    page = operator_client.get(response["Location"]).content.decode()
+    assert f"Workflow {run.id}: 2 tasks will run again." in page
+    assert 'id="retry-workflow"' not in page  # nothing failed now
+
+
+def test_an_action_on_an_unknown_workflow_is_a_404_and_audits_nothing(operator_client, backend):
+    from inspector.models import AuditEntry
+    from tests.inspector.conftest import csrf_post
+
+    for action in ("cancel", "retry"):
+        for query in ("", "?backend=default"):
+            assert csrf_post(operator_client, f"/threadmill/workflows/nope/{action}/{query}", {}).status_code == 404
+    assert not AuditEntry.objects.exists()

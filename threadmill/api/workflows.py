@@ -230,3 +230,20 @@ def find_workflow(aliases: Sequence[str], workflow_id: str) -> str | None:
         if get_backend(alias).workflow_summaries([workflow_id])[0]["created_at"] is not None:
             return alias
     return None
+
+
+def cancel_workflow(alias: str, workflow_id: str, *, by: str) -> int:
+    """Cancel every task of a workflow that has not run and ask each running one to abort; return how many.
+
+    Bounded script calls (`backend.cancel_workflow`); calling again after a crash finishes the job.
+    Raises TaskResultDoesNotExist for a workflow not stored.
+    """
+    return get_backend(alias).cancel_workflow(workflow_id, by=by)
+
+
+def retry_workflow(alias: str, workflow_id: str) -> int:
+    """Make every failed task of a workflow run again (ready, or waiting for its parents' new runs); return how many.
+
+    Raises TaskResultDoesNotExist for a workflow not stored.
+    """
+    return get_backend(alias).retry_workflow(workflow_id)
