@@ -8,7 +8,7 @@ values (tests/test_docs_reference.py holds the two together), so a new code star
 #: Exit code of a subcommand that did what it was asked, and of a pool that stopped or drained.
 EXIT_OK = 0
 #: Exit code of a subcommand stopped by a `CommandError` (Django's default `returncode`): an unknown
-#: alias or queue, a server not reached within `--wait-for-server`, a refused preflight or layout.
+#: alias, queue or workflow id, a server not reached within `--wait-for-server`, a refused preflight or layout.
 EXIT_ERROR = 1
 #: Exit code of a subcommand given a bad flag or value (argparse's usage error), printed as one line.
 EXIT_USAGE = 2

@@ -26,10 +26,10 @@ from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
 from ..exceptions import WorkflowError
 from ..workflows import COUNT_KEYS, WorkflowResult, status_of
 from . import codec
+from .cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
 from .errors import translate_errors
 from .keys import TASK_FIELDS, THROUGHPUT_COUNTER_TTL_S, ready_score
 from .script_source import LuaScript, ScriptHost, script_source
-from .tooling.actions import CANCEL_ROUNDS, cancelled_document, default_canceller
 
 if TYPE_CHECKING:
     from ..workflows import Workflow, WorkflowNode
@@ -254,12 +254,11 @@ class WorkflowBackend:
         for task_id, (data, queue, segment) in zip(task_ids, rows, strict=True):
             if data is None or queue is None or segment is None or segment.decode() not in CANCELLABLE:
                 continue
-            document = ""
+            document: str | None = ""
             if segment != b"running":
                 document = cancelled_document(task_id, data, Segment(segment.decode()), by, now)
-                if document is None:
-                    continue
-            entries.append((task_id, queue.decode(), segment.decode(), document))
+            if document is not None:
+                entries.append((task_id, queue.decode(), segment.decode(), document))
         return entries
 
     def retry_workflow(self, workflow_id: str) -> int:

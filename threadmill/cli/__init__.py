@@ -18,4 +18,5 @@ SUBCOMMANDS: dict[str, str] = {
     "requeue-orphaned": "threadmill.cli.requeue_orphaned",
     "cancel": "threadmill.cli.cancel",
     "schedules": "threadmill.cli.schedules",
+    "workflow": "threadmill.cli.workflow",
 }

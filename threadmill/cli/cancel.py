@@ -11,7 +11,7 @@ from ..api import CancelOutcome, actions, default_canceller
 from ..exit_codes import EXIT_NOT_CANCELLED, EXIT_OK
 from .common import add_backend_argument, threadmill_backend
 
-HELP = "Cancel tasks by id: a ready or deferred one never runs, a running one is asked to abort."
+HELP = "Cancel tasks by id: a waiting, ready or deferred one never runs, a running one is asked to abort."
 
 #: The line printed for each outcome, after the task id.
 SAYS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
@@ -80,3 +80,12 @@ def known_queues(alias: str, requested: list[str] | None) -> list[str]:
     if unknown:
         raise CommandError(f"Unknown queue(s) {', '.join(unknown)}; backend {alias!r} has {', '.join(known)}.")
     return list(dict.fromkeys(requested))
+
+
+def text_table(rows: list[list[Any]]) -> str:
+    """Return rows as a plain text table, each column as wide as its widest cell."""
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells
+    )

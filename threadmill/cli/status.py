@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand
 
 from .. import api
 from ..exit_codes import EXIT_OK, EXIT_UNSERVED
-from .common import add_backend_argument, threadmill_backend
+from .common import add_backend_argument, text_table, threadmill_backend
 
 HELP = "Print each queue (counts, latency, paused) and the live workers; exit 1 if ready tasks have no worker."
 
@@ -38,7 +38,9 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
 
 def render(status: dict[str, Any]) -> str:
     """Return the status as two plain text tables."""
-    queue_rows = [["queue", "ready", "deferred", "running", "failed", "unreadable", "latency", "workers", "note"]]
+    queue_rows = [
+        ["queue", "waiting", "ready", "deferred", "running", "failed", "unreadable", "latency", "workers", "note"]
+    ]
     for q in status["queues"]:
         note = "paused by {by}".format(**q["paused"]) if q["paused"] else "NO LIVE WORKER" if q["unserved"] else ""
         note = note or q["throttle"] or ""
@@ -46,6 +48,7 @@ def render(status: dict[str, Any]) -> str:
         queue_rows.append(
             [
                 q["queue"],
+                q["waiting"],
                 q["ready"],
                 q["deferred"],
                 q["running"],
@@ -74,12 +77,4 @@ def render(status: dict[str, Any]) -> str:
     server = status["server"]
     warnings = "".join(f"\nWarning: {warning}" for warning in server["warnings"])
     head = f"Backend {status['backend']} on {server['address']}\n{server['summary']}{warnings}"
-    return f"{head}\n\n{_table(queue_rows)}\n\n{_table(worker_rows)}"
-
-
-def _table(rows: list[list[Any]]) -> str:
-    cells = [[str(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells
-    )
+    return f"{head}\n\n{text_table(queue_rows)}\n\n{text_table(worker_rows)}"

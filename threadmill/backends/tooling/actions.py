@@ -3,27 +3,25 @@
 Every move is one Lua script call (a bounded batch or window each), so a crash never loses
 a task between two writes. Without `force` a running task moves only when its lease is
 overdue or its worker silent, checked in the script that moves it; its abandoned attempt is
-recorded in its document. A cancel finishes a ready or deferred task as failed, fenced by the
+recorded in its document. A cancel finishes a waiting, ready or deferred task as failed, fenced by the
 segment it was read in; one leased in between gets an abort request in the same script.
 """
 
 from __future__ import annotations
 
 import enum
-import getpass
 import json
 import logging
-import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ...base import UNREADABLE_PAYLOAD_ERRORS, Segment
 from ...exceptions import UnreadableTaskError
-from ...outcome import cancelled_error, mark_failed, record_abandoned
+from ...outcome import record_abandoned
 from .. import codec
+from ..cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
 from ..errors import translate_errors
 from ..keys import TASK_FIELDS
 from ..partitions import by_partition
@@ -36,8 +34,6 @@ logger = logging.getLogger("threadmill.backend")
 REQUEUE_ROUNDS = 3
 #: Times `delete(task_ids)` reads again where a task is, when it moved while being deleted.
 DELETE_ROUNDS = 3
-#: Times a cancel reads a task again when it moved between the read and the script (promoted, requeued).
-CANCEL_ROUNDS = 3
 
 
 class CancelOutcome(enum.Enum):
@@ -55,15 +51,6 @@ class CancelOutcome(enum.Enum):
     def took(self) -> bool:
         """Whether the task was cancelled or asked to abort."""
         return self in (CancelOutcome.CANCELLED, CancelOutcome.ABORT_REQUESTED)
-
-
-def default_canceller() -> str:
-    """Name who cancels when no one is named: this process's user and host."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry for this uid (a container)
-        user = "an unnamed user"
-    return f"{user} on {socket.gethostname()}"
 
 
 class ActionTooling(ToolingHost):
@@ -305,19 +292,6 @@ class ActionTooling(ToolingHost):
             if reply != -1:
                 break
         return _CANCEL_REPLIES.get(reply, CancelOutcome.KEPT_MOVING)
-
-
-def cancelled_document(task_id: str, data: bytes, segment: Segment, by: str, now: float) -> str | None:
-    """Return a waiting, ready or deferred task's document finished as cancelled by `by`; None if unreadable."""
-    try:
-        result = codec.decode(data, segment)
-    except UNREADABLE_PAYLOAD_ERRORS as e:
-        logger.warning("Task %s cannot be cancelled: its payload is unreadable (%s).", task_id, e)
-        return None
-    at = datetime.fromtimestamp(now, UTC)
-    message = f"Task {task_id} was cancelled by {by} at {at.isoformat()} before it ran."
-    mark_failed(result, cancelled_error(message), at)
-    return codec.encode_result(result)
 
 
 _CANCEL_REPLIES = {

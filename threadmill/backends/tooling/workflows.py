@@ -2,16 +2,22 @@
 
 A workflow lives in partition 0's keys (`threadmill.backends.workflows`): its record hash
 (`name`, `created_at`, `graph`, `total` and the counts its scripts keep) and the `workflows`
-index, newest last. Every read here is one round trip, a pipeline where it reads many keys; the
-callers bound how many (a page of records, a page of a graph's tasks).
+index, newest last. The workflow itself (its enqueue, its tasks read whole, the cancel and the
+retry) is the backend's (`backends/workflows.py`); this half reads what a page or a command
+line shows beside it. Every read here is one round trip, a pipeline where it reads many keys;
+the callers bound how many (a page of records, a page of a graph's tasks).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import translate_errors
 from .host import ToolingHost
+
+if TYPE_CHECKING:
+    from ...workflows import WorkflowResult
 
 #: The record fields a list row reads, in this order (never `graph`: it holds every node).
 SUMMARY_FIELDS = ("name", "created_at", "finished_at", "total", "waiting", "successful", "failed")
@@ -19,6 +25,17 @@ SUMMARY_FIELDS = ("name", "created_at", "finished_at", "total", "waiting", "succ
 
 class WorkflowTooling(ToolingHost):
     """Reading workflow records, one record with its graph, and the states of some of a workflow's tasks."""
+
+    if TYPE_CHECKING:
+
+        def _graph(self, workflow_id: str) -> list[Any]: ...
+
+        def get_workflow(self, workflow_id: str) -> WorkflowResult: ...
+
+    def workflow_with_parents(self, workflow_id: str) -> tuple[WorkflowResult, dict[str, list[str]]]:
+        """Return a workflow's state and each node's parent nodes; raise TaskResultDoesNotExist for an unknown id."""
+        parents = {name: list(of) for name, _, of in self._graph(workflow_id)}
+        return self.get_workflow(workflow_id), parents
 
     @translate_errors
     def workflow_ids(self, first: int, count: int) -> tuple[int, list[tuple[str, float]]]:
