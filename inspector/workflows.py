@@ -27,7 +27,7 @@ from .views import _page_number, _partial
 #: Seconds between refreshes of an unfinished workflow's page.
 REFRESH_S = 2
 #: The task states a workflow's page counts and colours, in the order it lists them.
-TASK_STATES = ("WAITING", "READY", "RUNNING", "SUCCESSFUL", "FAILED", "UNREADABLE", "EXPIRED")
+TASK_STATES = ("WAITING", "DEFERRED", "READY", "RUNNING", "SUCCESSFUL", "FAILED", "UNREADABLE", "EXPIRED")
 
 
 def _alias(data) -> str:

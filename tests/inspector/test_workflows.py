@@ -139,6 +139,20 @@ def test_a_workflow_page_draws_each_task_by_depth_with_its_state(operator_client
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
 
 
+def test_a_deferred_root_is_drawn_deferred_and_its_child_waiting(operator_client, backend):
+    from datetime import UTC, datetime, timedelta
+
+    from tests.tasks import echo
+    from threadmill.workflows import Workflow
+
+    wf = Workflow(name="later")
+    root = wf.add(echo.using(run_after=datetime.now(UTC) + timedelta(hours=1)), ("root",), name="root")
+    wf.add(echo, after=[root], name="child")
+    run = wf.enqueue()
+    html = operator_client.get(f"/threadmill/workflows/{run.id}/").content.decode()
+    assert re.findall(r'data-node="([^"]*)" data-state="(\w+)"', html) == [("root", "DEFERRED"), ("child", "WAITING")]
+
+
 def test_a_workflow_page_escapes_hostile_names(operator_client, backend):
     run = diamond(backend, name="<script>alert('wf')</script>")
     html = operator_client.get(f"/threadmill/workflows/{run.id}/").content.decode()

@@ -37,7 +37,7 @@ GRAPH_PAGE = 200
 RELATIVES_SHOWN = 50
 #: A task's state by its segment; a task no longer stored (its result expired) is EXPIRED.
 STATE_OF_SEGMENT = {
-    "waiting": "WAITING", "ready": "READY", "deferred": "READY", "running": "RUNNING",
+    "waiting": "WAITING", "ready": "READY", "deferred": "DEFERRED", "running": "RUNNING",
     "successful": "SUCCESSFUL", "failed": "FAILED", "unreadable": "UNREADABLE",
 }  # fmt: skip
 
