@@ -70,8 +70,9 @@ def workflow_detail(request, workflow_id: str):
         graph = api.workflows.workflow(alias, workflow_id, page=_page_number(request))
     except api.TaskResultDoesNotExist as e:
         raise Http404(str(e)) from e
-    context = {"can_change": can_change(request.user),
+    context = {
         "active": "workflows", "backend": alias, "graph": graph, "summary": graph.summary,
+        "can_change": can_change(request.user),
         "state_counts": [(s, graph.states[s]) for s in TASK_STATES if s in graph.states],
         "refresh_s": REFRESH_S, "paged": graph.pages > 1, "graph_page": api.workflows.GRAPH_PAGE,
     }  # fmt: skip
