@@ -210,6 +210,15 @@ def test_a_workflow_task_page_shows_its_workflow_parents_and_children(operator_c
     assert "None: it ran first." in root
 
 
+def test_a_task_whose_workflow_record_expired_says_so(operator_client, backend):
+    run = chain(2)
+    backend.client.delete(f"threadmill:{{default}}:workflow:{run.id}")  # what its expiry does
+    html = operator_client.get(f"/threadmill/default/task/{run.tasks['echo'].id}/").content.decode()
+    assert 'id="task-workflow-expired"' in html and 'id="task-parents"' not in html
+    assert f"/threadmill/workflows/{run.id}/" in html
+    assert operator_client.get(f"/threadmill/workflows/{run.id}/").status_code == 404
+
+
 def test_a_plain_task_page_shows_no_workflow(operator_client, backend):
     from tests.tasks import echo
 

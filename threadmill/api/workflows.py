@@ -205,6 +205,8 @@ class TaskRelatives:
     children: list[WorkflowTask]
     more_parents: int
     more_children: int
+    #: Whether the workflow's record is gone (it expires with its results): then no relative is known.
+    expired: bool = False
 
 
 def task_workflow(alias: str, task_id: str) -> TaskRelatives | None:
@@ -228,7 +230,7 @@ def task_workflow(alias: str, task_id: str) -> TaskRelatives | None:
     cut = min(len(parents), RELATIVES_SHOWN)
     more = (max(0, len(parents) - RELATIVES_SHOWN), max(0, len(children) - RELATIVES_SHOWN))
     name = (record.get("name") or b"").decode()
-    return TaskRelatives(workflow_id, name, node, drawn[:cut], drawn[cut:], *more)
+    return TaskRelatives(workflow_id, name, node, drawn[:cut], drawn[cut:], *more, expired="graph" not in record)
 
 
 def find_workflow(aliases: Sequence[str], workflow_id: str) -> str | None:
