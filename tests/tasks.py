@@ -635,3 +635,10 @@ def run_until_aborted(key, timeout_s=30.0):
             return "never aborted"
         time.sleep(0.01)
     return "aborted"
+
+
+@task(timeout=SHORT_LIMIT_S, retry=never_retry)
+def sleep_past_its_limit(seconds=30.0):
+    """Sleep in short steps far past its time limit (no counter server needed)."""
+    for _ in range(int(seconds * 100)):
+        time.sleep(0.01)

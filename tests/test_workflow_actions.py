@@ -69,3 +69,16 @@ def test_retry_workflow_reruns_the_failed_and_the_upstream_failed_tasks_until_th
     assert run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 4, "FAILED": 0}
     assert [r.return_value for r in run.tasks.values()] == ["root", "left", "right", "last"]
     assert backend.client.ttl(f"threadmill:{{default}}:workflow:{run.id}") > 0
+
+
+def test_a_parent_that_passes_its_time_limit_fails_its_child_and_the_workflow_finishes(backend, start_worker):
+    wf = Workflow()
+    root = wf.add(tasks.sleep_past_its_limit, name="root")
+    wf.add(tasks.echo, after=[root], name="child")
+    run = wf.enqueue()
+    start_worker("-w", "1", "-t", "1", "-q", "default")
+    _final(run)
+    assert run.tasks["root"].errors[-1].exception_class_path == "threadmill.exceptions.TaskTimeout"
+    assert run.tasks["child"].errors[-1].exception_class_path == UPSTREAM_FAILED
+    assert run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 2}
+    assert backend.client.ttl(f"threadmill:{{default}}:workflow:{run.id}") > 0

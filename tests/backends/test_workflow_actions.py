@@ -166,3 +166,17 @@ def test_a_cancel_cut_short_between_two_calls_is_finished_by_calling_again(backe
     assert backend.cancel_workflow(run.id) == 3
     assert _counts(backend, run)["FAILED"] == 5
     assert _leftover_sets(backend, run) == []
+
+
+def test_a_settle_cut_short_by_its_budget_lets_the_parents_children_set_expire(backend):
+    wf = Workflow()
+    root = wf.add(tasks.echo)
+    for _ in range(1200):  # more than one call's WORKFLOW_BUDGET of 1,000
+        wf.add(tasks.echo, after=[root])
+    run = wf.enqueue()
+    assert _fail(backend, backend.acquire("default", worker="w")[0]) is True
+    # The children left are reached through their pending sets; the set itself goes with the results.
+    assert 0 < backend.client.ttl(f"{PREFIX}:children:{root.id}") <= backend.config.result_ttl
+    assert Sweeper(backend).sweep("default", 0) > 0
+    assert _counts(backend, run)["FAILED"] == 1201
+    assert _leftover_sets(backend, run) == []

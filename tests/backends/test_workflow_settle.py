@@ -134,3 +134,18 @@ def test_cancelling_a_waiting_task_releases_a_child_whose_policy_is_run(backend)
     assert backend.get_result(leaf.id).segment is Segment.READY
     assert backend.client.zrange(f"{PREFIX}:default:waiting", 0, -1) == []
     assert _counts(backend, run)["WAITING"] == 0
+
+
+def test_a_plain_cancel_reads_the_workflow_fields_in_the_read_it_made_anyway(backend):
+    warm, result = tasks.echo.enqueue(0), tasks.echo.enqueue(1)
+    assert backend.cancel(warm.id) is True  # loads the script
+    backend.client.config_resetstat()
+    assert backend.cancel(result.id) is True
+    stats = backend.client.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): stat["calls"] for name, stat in stats.items()}
+    del calls["config|resetstat"]
+    # The Python read (HMGET) and the script's: its one HMGET reads the segment, `unique` and the workflow fields.
+    assert calls.pop("hmget") == 2
+    assert calls == {
+        "evalsha": 1, "time": 1, "zrem": 1, "zadd": 1, "hset": 1, "expire": 1, "hincrby": 3, "incr": 2,
+    }  # fmt: skip

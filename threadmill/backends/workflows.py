@@ -39,9 +39,9 @@ UPSTREAM_FAILED = "threadmill.exceptions.UpstreamFailed"
 #: Most task hashes one pipeline of `get_workflow` reads.
 READ_BATCH = 1000
 #: Most steps (a task, or a parent of a task the retry reads) one cancel_workflow or retry_workflow call
-#: takes: about 14 commands a cancelled task, 13 a retried one and 3 a parent read; at 1,000 a cancel call
-#: ran 39-158 ms on a 2-core VM at load 6-10 (100,000 HSETs in one script took 139-400 ms there), too near
-#: the 50 ms a call may hold the server on a quiet one. A task with more parents is one call of its own.
+#: takes: a cancel call's median was 0.4-0.55 of a 1,000-child cascade's acknowledgement (42-46 ms on a
+#: quiet VM) run beside it, a retry call's 0.15-0.25 (docs/explanation/workflows.md). A task with more
+#: parents is one call of its own.
 STEPS_PER_CALL = 500
 #: The segments of a task `cancel_workflow` cancels (or, running, asks to abort).
 CANCELLABLE = ("waiting", "ready", "deferred", "running")

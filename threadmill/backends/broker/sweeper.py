@@ -1,8 +1,8 @@
 """The sweeper: releases waiting workflow tasks whose parents are final but were never settled.
 
-The acknowledgement that records a parent's final outcome releases its children (acknowledge.lua);
-an older release's worker, and today the reaper, recovery and cancel, record final outcomes
-without doing so. This duty settles those parents through the same Lua (`sweep_waiting.lua`), so
+The script that records a parent's final outcome releases its children (acknowledge.lua, which the
+worker, the reaper and recovery call, and cancel.lua); an older release's worker or cancel records
+final outcomes without doing so, and a call's budget may leave children unvisited. This duty settles those parents through the same Lua (`sweep_waiting.lua`), so
 such children start within `SWEEP_INTERVAL_S` or two. A queue without waiting tasks costs one
 script call running one ZRANGE a sweep: an idle pool pays 0.4 commands a second per queue for it.
 """

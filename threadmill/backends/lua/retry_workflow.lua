@@ -43,6 +43,8 @@ for a = 2, #ARGV, 4 do
       if redis.call('HGET', p[2], 'segment') ~= 'successful' then
         redis.call('SADD', pending, p[1])
         redis.call('SADD', p[3], id)
+        -- A settle cut short by its budget let the parent's set expire with the results; it is needed again.
+        redis.call('PERSIST', p[3])
         waits = true
       end
     end

@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
 -- sweep_waiting: settle the final parents of some waiting tasks of one queue that no acknowledgement
--- settled (an older release's worker acknowledged them, or the reaper, recovery or cancel finished
+-- or cancel settled (an older release's worker acknowledged them, or an older release cancelled
 -- them), so their children are released or failed as the acknowledgement would have (lib/workflow).
 -- It also finishes a cascade or a release an acknowledgement left at its budget (lib/workflow): a
 -- parent still in a waiting task's pending set has children left to settle, and its outcome is
