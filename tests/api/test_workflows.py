@@ -89,3 +89,15 @@ def test_an_unknown_workflow_raises_task_result_does_not_exist(backend):
     with pytest.raises(api.TaskResultDoesNotExist, match="No workflow with id 'nope' is stored."):
         api.workflows.workflow("default", "nope")
     assert api.workflows.find_workflow(["default"], "nope") is None
+
+
+def test_a_filtered_list_past_its_scan_limit_says_its_count_is_a_lower_bound(backend, monkeypatch):
+    monkeypatch.setattr(api.workflows, "SCAN_BATCH", 2)
+    monkeypatch.setattr(api.workflows, "WORKFLOW_SCAN_LIMIT", 4)
+    runs = [fan(1, name=f"w{i}") for i in range(6)]
+    found = api.workflows.workflows("default", state="running")
+    assert (found.total, found.complete) == (4, False)
+    assert [row.id for row in found.rows] == [run.id for run in reversed(runs[2:])]
+    assert api.workflows.workflows("default", state="running", first=0, count=50).complete is False
+    monkeypatch.setattr(api.workflows, "WORKFLOW_SCAN_LIMIT", 6)
+    assert api.workflows.workflows("default", state="running").complete is True
