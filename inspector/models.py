@@ -10,7 +10,8 @@ class AuditEntry(models.Model):
     Controls touch no task: pausing or resuming a queue (or a schedule: `scope` names it), setting or
     clearing a queue's limits (`scope` says what was set and the limits in force after),
     quieting or stopping a worker process (`scope` names it) and running a schedule now
-    (`task_ids` holds the task it enqueued).
+    (`task_ids` holds the task it enqueued). A workflow's cancel or retry names it in `scope`
+    ("workflow <id>"), with no queue, and counts the tasks it cancelled or made run again.
     """
 
     class Action(models.TextChoices):
@@ -24,6 +25,7 @@ class AuditEntry(models.Model):
         RUN_NOW = "run_now", "Run now"
         CANCEL = "cancel", "Cancel"
         LIMIT = "limit", "Limit"
+        RETRY = "retry", "Retry"
 
     #: Most task ids an entry keeps; a purge of a million tasks records the count only.
     MAX_TASK_IDS = 1000

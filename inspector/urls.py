@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from . import cancel, converters, metrics, operate, ready, taskstats, views
+from . import cancel, converters, metrics, operate, ready, taskstats, views, workflows
 
 register_converter(converters.BackendConverter, "tm_backend")
 register_converter(converters.QueueConverter, "tm_queue")
@@ -26,6 +26,10 @@ urlpatterns = [
         taskstats.task_path_detail,
         name="task_path_detail",
     ),
+    path("workflows/", workflows.workflow_list, name="workflow_list"),
+    path("workflows/<tm_task_id:workflow_id>/", workflows.workflow_detail, name="workflow_detail"),
+    path("workflows/<tm_task_id:workflow_id>/cancel/", workflows.cancel_workflow, name="cancel_workflow"),
+    path("workflows/<tm_task_id:workflow_id>/retry/", workflows.retry_workflow, name="retry_workflow"),
     path("search/", views.search, name="search"),
     path("metrics", metrics.metrics, name="metrics"),
     path("ready", ready.ready, name="ready"),

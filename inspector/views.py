@@ -167,6 +167,8 @@ def task_detail(request, backend: str, task_id: str):
         context = {"active": "queues", **task_context(backend, task_id, can_change(request.user))}
     except api.TaskResultDoesNotExist as e:
         raise Http404(str(e)) from e
+    if not request.htmx:  # the live refresh swaps the status alone
+        context["workflow"] = api.workflows.task_workflow(backend, task_id)
     return render(request, _partial(request, "inspector/task_detail.html", "task-status"), context)
 
 

@@ -25,6 +25,7 @@ FINGERPRINTS = "screenshots.json"
 COMMAND = (
     "THREADMILL_SCREENSHOTS=docs/images .venv/bin/python -m pytest tests/inspector/test_browser.py"
     " tests/inspector/test_browser_task_paths.py tests/inspector/test_browser_phone.py"
+    " tests/inspector/test_browser_workflows.py"
 )
 _QUEUES = ("inspector/queue_list.html",)
 _SEGMENT = ("inspector/task_list.html", "inspector/tasks_table.html")
@@ -47,6 +48,8 @@ PAGES: dict[str, tuple[str, ...]] = {
     "task_list_search": _SEGMENT,
     "task_paths": ("inspector/task_paths.html",),
     "worker_list": _WORKERS,
+    "workflow_detail": ("inspector/workflow_detail.html",),
+    "workflow_list": ("inspector/workflow_list.html",),
     "worker_list_quiet": _WORKERS,
     "phone_overview": _QUEUES,
     "phone_overview_dark": _QUEUES,

@@ -330,6 +330,66 @@ def test_the_search_answers_any_query_without_a_500(operator_csrf, world, params
         request(client, "GET", location, headers)  # where it sends the user answers too
 
 
+@pytest.fixture
+def workflow_ids(backend) -> dict[str, str]:
+    """A three-task workflow, its root run: its id and its tasks' ids by name (the pages read, never write)."""
+    from tests.inspector.conftest import finish
+    from tests.tasks import echo
+    from threadmill.workflows import Workflow
+
+    wf = Workflow(name="<b>w</b>")
+    root = wf.add(echo, ("<i>x</i>",), name="root")
+    wf.add(echo, after=[root], name="<script>x</script>")
+    wf.add(echo, after=[root], name="leaf")
+    run = wf.enqueue()
+    finish(backend, backend.acquire("default", count=1, worker="ghost:1")[0])
+    return {"workflow": run.id, **{name: task.id for name, task in run.tasks.items()}}
+
+
+@HYPOTHESIS
+@given(
+    target=value("", "workflow", "root", "leaf"),
+    params=form(
+        page=(st.sampled_from([None, "1", "2"]), numeric("1", "2")),
+        state=optional("running", "finished", "successful", "failed"),
+        backend=optional("default"),
+    ),
+    headers=htmx_headers,
+)
+def test_the_workflow_pages_answer_any_id_and_query_without_a_500(operator_csrf, workflow_ids, target, params, headers):
+    client, _ = operator_csrf
+    path = quote(workflow_ids.get(target, target), safe="")
+    response = request(
+        client, "GET", f"/threadmill/workflows/{path + '/' if path else ''}?{urlencode(params)}", headers
+    )
+    valid = params.get("page") in (None, "1") and params.get("backend") in (None, "default")
+    valid = valid and params.get("state") in (None, "running", "finished", "successful", "failed")
+    if target in ("", "workflow") and valid:
+        assert response.status_code == 200, (path, params)
+    if target == "workflow" and response.status_code == 200:
+        assert "<script>x" not in response.content.decode()
+
+
+@HYPOTHESIS
+@given(
+    target=value("workflow", "root"),
+    action=value("cancel", "retry"),
+    backend=st.one_of(st.sampled_from([None, "default"]), value("default")),
+    data=form(junk=(st.none(), text)),
+    headers=htmx_headers,
+)
+def test_the_workflow_actions_answer_any_id_and_input_without_a_500(
+    operator_csrf, workflow_ids, target, action, backend, data, headers
+):
+    client, token = operator_csrf
+    path = quote(workflow_ids.get(target, target), safe="")
+    query = urlencode({"backend": backend} if backend is not None else {})
+    url = f"/threadmill/workflows/{path}/{quote(action, safe='')}/?{query}"
+    response = request(client, "POST", url, headers, data, token)
+    if target == "workflow" and action in ("cancel", "retry") and backend in (None, "default"):
+        assert response.status_code == 302, url
+
+
 # -- operator controls ---------------------------------------------------------------------------
 
 

@@ -4,8 +4,8 @@ The role Sidekiq's `api.rb` plays for its web UI: the console never builds a Red
 never imports `redis`; every read and every action goes through here. One module per concern:
 `queues` (backends, queues, pages, one task), `actions` (counts, requeue, delete, purge, cancel),
 `workers` (telemetry), `controls` (pause, worker commands, orphaned tasks), `schedules`,
-`history` (per-minute series for charts), `metrics` (Prometheus), `workflows` (one workflow, its
-cancel and retry); the overview lives here.
+`history` (per-minute series for charts), `metrics` (Prometheus), `workflows` (the list,
+one workflow's graph and state, its cancel and retry); the overview lives here.
 Each action that touches several tasks is one
 Lua script (or one script per bounded window), so a crash cannot lose a task between two
 writes. Worker snapshots arrive on the telemetry channel; one `TelemetryHub` per process

@@ -3,8 +3,9 @@
 Each concern of `threadmill.api` has its backend half in the module of the same name:
 `queues` (queue names, pages, one task), `actions` (requeue, delete, purge, cancel), `workers`
 (heartbeats), `controls` (paused queues, runtime limits, worker commands), `schedules`, `history`
-(per-minute series), `metrics` (counts and counters) and `workflows` (a workflow with its
-graph); `host` declares what they use of the backend. `RedisTooling` is mixed into `RedisTaskBackend`; the console reaches it only
+(per-minute series), `metrics` (counts and counters) and `workflows` (records by enqueue time,
+a workflow with its graph, task states); `host` declares what they use of the backend.
+`RedisTooling` is mixed into `RedisTaskBackend`; the console reaches it only
 through `threadmill.api`. Reads take one round trip a page, whatever a segment's depth;
 every write is one Lua script.
 """
@@ -55,4 +56,4 @@ class RedisTooling(
     TaskLimitTooling,
     WorkflowTooling,
 ):
-    """Every tooling call of the backend: paging, acting on tasks, worker heartbeats, controls, limits, schedules, counts."""
+    """Every tooling call of the backend: paging, acting on tasks, worker heartbeats, controls, limits, schedules, counts, workflows."""
