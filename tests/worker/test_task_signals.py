@@ -15,6 +15,10 @@ from tests import tasks
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.worker.executor import Executor
 
+# A run calls Django's close_old_connections, which touches a connection an earlier test in this
+# process left open; transactional access lets it, without wrapping the run in a transaction.
+pytestmark = pytest.mark.django_db(transaction=True)
+
 
 @pytest.fixture
 def leased(backend):
