@@ -188,3 +188,25 @@ def test_workflows_ride_out_a_kill_and_restart_each_stored_once_and_whole(make_f
     assert len(stored.segment(Segment.READY)) == len(load.returned) * PARENTS
     assert stored.totals()["enqueued"] == len(load.returned) * (PARENTS + 1)
     assert stored.totals()["enqueue_retries"] > 0
+
+
+def test_a_workflow_enqueue_with_wait_replicas_returns_once_a_slow_replica_has_all_of_it(
+    make_fault_server, point_default
+):
+    primary, replica = make_fault_server(), make_fault_server()
+    with Proxy(primary.valkey.port, name="replication") as link:
+        control = redis.Redis.from_url(replica.url)
+        control.replicaof("127.0.0.1", urlsplit(link.url).port)
+        wait_for(
+            lambda: control.info("replication").get("master_link_status") == "up",
+            lambda: "the replica syncs with its primary",
+            10,
+        )
+        # Replication 0.4 s behind, each way: without the wait a workflow returns long before the replica has it.
+        link.latency(0.2)
+        stored = point_default(primary.url, wait_replicas=1, socket_timeout=2)
+        run = fan_in().enqueue()
+        on_replica = Stored(replica.url)
+        assert on_replica.workflow_ids() == [run.id]
+        assert on_replica.task_hashes() == PARENTS + 1
+        assert stored.workflow_ids() == [run.id]
