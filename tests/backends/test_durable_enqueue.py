@@ -1,4 +1,4 @@
-"""`fsync_enqueue`: enqueue returns only once the server has the task in its append-only file."""
+"""`fsync_enqueue`: enqueue (and a workflow's) returns only once the server has the task in its append-only file."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import signal
 
 import pytest
 import redis
+from django.tasks import task_backends
 
 from tests.tasks import echo
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.embedded import EmbeddedValkey, free_port
 from threadmill.exceptions import DurableEnqueueError
+from threadmill.workflows import Workflow
 
 READY = "threadmill:{default}:default:ready"
 
@@ -88,3 +90,38 @@ def test_fsync_enqueue_reports_a_task_the_server_did_not_fsync_in_time(persisten
         backend.enqueue(echo, [2], {})
     task_id = str(caught.value).split()[1]
     assert backend.client.zscore(READY, task_id) is not None
+
+
+def _durable_default(settings, url: str, **options: float) -> RedisTaskBackend:
+    settings.TASKS = {
+        "default": {**settings.TASKS["default"], "REDIS_URL": url, "OPTIONS": {"fsync_enqueue": True, **options}}
+    }
+    return task_backends["default"]
+
+
+def _chain() -> Workflow:
+    wf = Workflow()
+    wf.add(echo, ("child",), after=[wf.add(echo, ("parent",))])
+    return wf
+
+
+def test_a_workflow_enqueue_with_fsync_enqueue_refuses_a_server_without_an_append_only_file(redis_url, settings):
+    _durable_default(settings, redis_url)
+    with pytest.raises(DurableEnqueueError, match=r"^The backend option fsync_enqueue is on, but the Redis server "):
+        _chain().enqueue()
+    assert redis.Redis.from_url(redis_url).keys("threadmill:{default}:workflow*") == []
+
+
+def test_a_workflow_enqueue_with_fsync_enqueue_names_a_workflow_not_fsynced_in_time(persistent_valkey, settings):
+    backend = _durable_default(settings, persistent_valkey.url, socket_timeout=0.4)
+    _chain().enqueue()
+    backend.client.config_set("appendfsync", "no")
+    with pytest.raises(DurableEnqueueError) as caught:
+        _chain().enqueue()
+    message = str(caught.value)
+    assert message.endswith(
+        " (2 tasks) was enqueued, but the server did not confirm it in its append-only file within 0.2 s "
+        "(fsync_enqueue): it may be lost if the server crashes now."
+    )
+    workflow_id = message.split()[1]
+    assert backend.get_workflow(workflow_id).counts["WAITING"] == 1

@@ -1,4 +1,4 @@
-"""`wait_replicas`: enqueue returns only once that many replicas confirmed they have the task."""
+"""`wait_replicas`: enqueue (and a workflow's) returns only once that many replicas confirmed they have the task."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import asyncio
 import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
+from django.tasks import task_backends
 
 from tests.tasks import echo
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.exceptions import DurableEnqueueError, ReplicaWaitError
+from threadmill.workflows import Workflow
 
 READY = "threadmill:{default}:default:ready"
 
@@ -67,3 +69,48 @@ def test_wait_replicas_must_be_a_whole_number_of_zero_or_more(value):
     assert str(caught.value) == (
         f"TASKS['x']['OPTIONS']['wait_replicas'] must be a whole number, 0 or more, not {value!r}."
     )
+
+
+def _point_default(settings, params: dict) -> RedisTaskBackend:
+    settings.TASKS = {"default": {**settings.TASKS["default"], "CLUSTER": False, **params}}
+    return task_backends["default"]
+
+
+def _fan_in() -> Workflow:
+    wf = Workflow()
+    parents = [wf.add(echo, (i,)) for i in range(3)]
+    wf.add(echo, ("join",), after=parents, name="join")
+    return wf
+
+
+def test_a_workflow_enqueue_with_wait_replicas_returns_once_the_replica_has_all_of_it(replicated_cluster, settings):
+    backend = _point_default(settings, replicated_cluster.params(OPTIONS={"wait_replicas": 1}))
+    run = _fan_in().enqueue()
+    record = backend.keys.workflow(run.id)
+    replica = _replica_of(replicated_cluster, record)
+    replica.execute_command("READONLY")
+    # WAIT returned: the replica applied the script's writes, so it holds the record and every task without polling.
+    assert replica.hget(record, "graph") is not None
+    assert all(replica.exists(backend.keys.task(result.id)) for result in run.tasks.values())
+    replica.close()
+
+
+def test_a_workflow_enqueue_with_wait_replicas_without_replicas_names_its_tasks_and_the_fix(redis_url, settings):
+    _point_default(settings, {"REDIS_URL": redis_url, "OPTIONS": {"wait_replicas": 1, "socket_timeout": 0.4}})
+    wf = _fan_in()
+    with pytest.raises(ReplicaWaitError) as caught:
+        wf.enqueue()
+    ids = ", ".join(node.id for node in wf.nodes)
+    assert str(caught.value) == (
+        f"Task(s) {ids} are stored, but 0 of the 1 replica(s) wait_replicas asks for confirmed them "
+        "within 0.2 s: they may be lost if the primary fails now. Give the primary that many replicas "
+        "(INFO replication lists them) or lower wait_replicas."
+    )
+    # Stored whole, as the message says: the wait comes after the one script call.
+    assert redis.Redis.from_url(redis_url).zcard(READY) == 3
+
+
+def test_a_workflow_aenqueue_waits_for_replicas_too(redis_url, settings):
+    _point_default(settings, {"REDIS_URL": redis_url, "OPTIONS": {"wait_replicas": 1, "socket_timeout": 0.4}})
+    with pytest.raises(ReplicaWaitError, match=r"^Task\(s\) .* are stored, but 0 of the 1 replica\(s\)"):
+        asyncio.run(_fan_in().aenqueue())

@@ -5,7 +5,8 @@
 by `enqueue_retry` without storing a task twice (the script skips ids it holds), a unique
 task's duplicate answered with the task holding its key, and `task_enqueued` sent for each
 stored task with the backend's class as the sender. A full server's refusal is not retried:
-it raises `ServerOutOfMemory` naming the server's maxmemory and policy.
+it raises `ServerOutOfMemory` naming the server's maxmemory and policy. A workflow's one
+script call (`send_workflow`) is retried and waited for (`wait_replicas`, `fsync_enqueue`) alike.
 """
 
 from __future__ import annotations
@@ -335,6 +336,29 @@ class Enqueuer:
             task_enqueued.send(type(self.backend), task_result=result)
             results.append(result)
         return results
+
+    def send_workflow(self, workflow_id: str, name: str, graph: str, entries: list[tuple]) -> int:
+        """Send one enqueue_workflow call as a plain enqueue's: retried by `enqueue_retry`, then the waits.
+
+        A retry is safe: the script writes nothing when the workflow's record exists, and answers 0.
+        Returns the script's reply (`WorkflowScripts.enqueue_workflow`).
+        """
+        config, scripts = self.backend.config, self.backend.scripts
+        durable_within_s = config.socket_timeout / 2 if config.fsync_enqueue else None
+
+        def send() -> int:
+            stored = int(scripts.enqueue_workflow(workflow_id, name, graph, entries, durable_within_s))
+            if config.wait_replicas:
+                ids = [entry[0] for entry in entries]
+                wait_for_replicas(scripts, scripts.keys.queues(), config.wait_replicas, config.socket_timeout / 2, ids)
+            return stored
+
+        stored, retries = retrying(config.enqueue_retry, entries, send)
+        if retries:
+            # Counted in the first task's queue: the one call's retries belong to no single queue.
+            already_stored = len(entries) if stored == 0 else 0
+            self.count_retries(scripts.keys.totals(entries[0][2]), retries, already_stored)
+        return stored
 
     def refused_for_memory(self, error: ServerOutOfMemory, entries: Sequence[Sequence[Any]]) -> ServerOutOfMemory:
         """Return a full server's refusal of `entries` naming its maxmemory and policy (the preflight's INFO).

@@ -44,5 +44,8 @@ class ScriptHost:
     def _run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         raise NotImplementedError
 
+    def _run_durably(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any], wait_s: float) -> tuple:
+        raise NotImplementedError
+
     def segment_keys(self, queue_name: str) -> list[str]:
         raise NotImplementedError

@@ -23,11 +23,12 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils.json import normalize_json
 
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
-from ..exceptions import WorkflowError
+from ..exceptions import DurableEnqueueError, WorkflowError
 from ..running_workflow import ParentResults, StoredWorkflow
 from ..workflows import COUNT_KEYS, MAX_TASKS, WorkflowResult, status_of
 from . import codec
 from .cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
+from .enqueue_retry import retrying
 from .errors import translate_errors
 from .keys import TASK_FIELDS, THROUGHPUT_COUNTER_TTL_S, ready_score
 from .script_source import LuaScript, ScriptHost, script_source
@@ -62,11 +63,14 @@ class WorkflowScripts(ScriptHost):
     """The workflow scripts' wrappers (a base class of `scripts.RedisScripts`)."""
 
     @translate_errors
-    def enqueue_workflow(self, workflow_id: str, name: str, graph: str, entries: Sequence[tuple]) -> int:
+    def enqueue_workflow(
+        self, workflow_id: str, name: str, graph: str, entries: Sequence[tuple], durable_within_s: float | None = None
+    ) -> int:
         """Store (id, payload, queue, segment, ready score, score, node, parent indices, policy) entries as one workflow.
 
         Parent indices count from 1 in `entries`. Returns the number stored, 0 when the workflow
-        was stored already, -1 when a task id is taken (nothing stored then).
+        was stored already, -1 when a task id is taken (nothing stored then). With
+        `durable_within_s`, return only once it is in the append-only file, as `enqueue_many`.
         """
         k = self.keys
         queues = list(dict.fromkeys(entry[2] for entry in entries))
@@ -85,7 +89,16 @@ class WorkflowScripts(ScriptHost):
             parent_text = ",".join(str(p) for p in parents)
             args += [task_id, payload, index[queue], segment.value, score_when_ready, score, node]
             args.append(f"{parent_text}|{policy}")
-        return self._run(_enqueue_workflow, keys, args)
+        if durable_within_s is None:
+            return self._run(_enqueue_workflow, keys, args)
+        stored, synced = self._run_durably(_enqueue_workflow, keys, args, durable_within_s)
+        if int(synced[0]) < 1:
+            raise DurableEnqueueError(
+                f"Workflow {workflow_id} ({len(entries)} tasks) was enqueued, but the server did not confirm it "
+                f"in its append-only file within {durable_within_s:g} s (fsync_enqueue): it may be lost if the "
+                "server crashes now."
+            )
+        return stored
 
     @translate_errors
     def add_to_workflow(
@@ -185,6 +198,7 @@ class WorkflowBackend:
     scripts: Any
     keys: Any
     config: Any
+    enqueuer: Any
 
     if TYPE_CHECKING:
 
@@ -222,7 +236,7 @@ class WorkflowBackend:
         return codec.new_task_id(None)
 
     def enqueue_workflow(self, workflow: Workflow) -> WorkflowResult:
-        """Store `workflow` (checked already) in one script call, all or nothing; return its result."""
+        """Store `workflow` (checked already) in one script call, all or nothing, retried as `enqueue`; return its result."""
         if self.partition_count > 1:
             raise WorkflowError("Workflows need one partition in this release; this backend has partitions > 1.")
         for node in workflow.nodes:
@@ -232,10 +246,11 @@ class WorkflowBackend:
         entries = [self._entry(node, now, index) for node in workflow.nodes]
         graph = json.dumps([[n.name, n.id, [p.name for p in n.parents]] for n in workflow.nodes])
         workflow_id = codec.new_task_id(None)
-        stored = self.scripts.enqueue_workflow(workflow_id, workflow.name, graph, entries)
+        stored = self.enqueuer.send_workflow(workflow_id, workflow.name, graph, entries)
         if stored == -1:
             raise WorkflowError("A task id of this workflow is taken by a stored task; nothing was stored.")
-        return self.get_workflow(workflow_id)
+        # The read back rides out the same blip: the caller must not hear "unreachable" for a stored workflow.
+        return retrying(self.config.enqueue_retry, entries, lambda: self.get_workflow(workflow_id))[0]
 
     def _check_node(self, node: WorkflowNode) -> None:
         self._check_task(node.task, node.name, bool(node.parents))
