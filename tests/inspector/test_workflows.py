@@ -342,3 +342,29 @@ def test_cancel_all_of_the_waiting_view_cancels_each_waiting_task(operator_clien
     assert AuditEntry.objects.get().task_ids == [middle]
     page = operator_client.get(done["Location"]).content.decode()
     assert "Cancelled 1 task; abort requested for 0 running tasks; 1 already finished." in page
+
+
+def test_deleting_or_purging_the_waiting_segment_is_a_400_naming_the_cancel_and_changes_nothing(
+    operator_client, backend
+):
+    from inspector.models import AuditEntry
+    from tests.inspector.conftest import csrf_post
+
+    run = chain(2, name="no-purge")
+    _, waiting = [r.id for r in run.tasks.values()]
+    page = operator_client.get("/threadmill/default/default/waiting/").content.decode()
+    assert "Cancel selected…" in page and "Delete selected…" not in page and "Purge waiting…" not in page
+    base = "/threadmill/default/default/waiting"
+    answers = [
+        csrf_post(operator_client, f"{base}/delete/", {"scope": "selected", "ids": [waiting], "confirmed": "yes"}),
+        operator_client.get(f"{base}/purge/"),
+        csrf_post(operator_client, f"{base}/purge/", {"confirm": "default"}),
+    ]
+    for response in answers:
+        assert response.status_code == 400
+        assert "Waiting workflow tasks cannot be deleted or purged" in response.content.decode()
+    assert backend.get_result(waiting).segment == "waiting"
+    assert backend.get_workflow(run.id).counts["WAITING"] == 1
+    assert AuditEntry.objects.count() == 0
+    with pytest.raises(ValueError, match="Cancel them instead"):
+        backend.purge("default", segment="waiting")
