@@ -11,7 +11,12 @@ pays one script call running one ZRANGE every `RECOUNT_INTERVAL_S`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .passes import BrokerPass, Duty
+
+if TYPE_CHECKING:
+    from ..redis import RedisTaskBackend
 
 #: Most workflow records one call looks at (a finished or gone one costs one HMGET).
 RECOUNT_RECORDS = 500
@@ -30,8 +35,8 @@ class Recounter(Duty):
 
     name = "recounter"
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, backend: RedisTaskBackend) -> None:
+        super().__init__(backend)
         #: Where the walk resumes: (rank in the index, task in that workflow's graph).
         self.cursor = (0, 0)
 
