@@ -1,4 +1,4 @@
-"""The console's bulk cancel on the ready, deferred and running segments: selected tasks, or all of a view.
+"""The console's bulk cancel on the waiting, ready, deferred and running segments: selected tasks, or all of a view.
 
 Shaped like requeue: the first POST shows a confirmation with the server's counts (tasks that
 will never run, running tasks whose workers will be asked to abort); above
@@ -26,7 +26,7 @@ from .views import _filter, _partial, _queue_or_404, _running_tasks, _segment_ur
 def cancel_tasks(request, backend: str, queue: str, segment: api.Segment):
     _queue_or_404(backend, queue)
     if segment not in api.CANCELLABLE_SEGMENTS:
-        raise BadRequest(f"Only ready, deferred and running tasks can be cancelled, not {segment.value} ones.")
+        raise BadRequest(f"Only waiting, ready, deferred and running tasks can be cancelled, not {segment.value} ones.")
     selection, where = forms.SelectionForm(request.POST), _filter(request.POST)
     if not selection.is_valid():
         raise BadRequest(forms.reason(selection))

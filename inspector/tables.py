@@ -381,6 +381,7 @@ class UnreadableTable(tables.Table):
 
 
 TABLE_OF_SEGMENT: dict[api.Segment, type[tables.Table]] = {
+    api.Segment.WAITING: SegmentTable,
     api.Segment.READY: SegmentTable,
     api.Segment.DEFERRED: DeferredTable,
     api.Segment.RUNNING: RunningTable,

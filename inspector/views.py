@@ -89,6 +89,7 @@ def task_list(request, backend: str, queue: str, segment: api.Segment):
         "active": "queues", "backend": backend, "queue_name": queue, "segment": segment, "table": table, "where": where,
         "segments": list(api.Segment), "can_change": can_change(request.user), "lease": lease,
         "requeueable": segment in api.REQUEUEABLE_SEGMENTS, "cancellable": segment in api.CANCELLABLE_SEGMENTS,
+        "deletable": segment in api.DELETABLE_SEGMENTS,
         "filter_form": forms.FilterForm(request.GET or None),
         "lease_flags": api.controls.LEASE_FLAGS if segment is api.Segment.RUNNING else (),
     }  # fmt: skip
@@ -296,6 +297,8 @@ def requeue_tasks(request, backend: str, queue: str, segment: api.Segment):
 @change_required
 def delete_tasks(request, backend: str, queue: str, segment: api.Segment):
     _queue_or_404(backend, queue)
+    if segment not in api.DELETABLE_SEGMENTS:
+        raise BadRequest(api.WAITING_NOT_DELETABLE)
     return _action(request, "delete", backend, queue, segment)
 
 
@@ -375,6 +378,8 @@ def _confirm(request, action, alias, queue_name, segment, scope, ids, where):
 @change_required
 def purge_segment(request, backend: str, queue: str, segment: api.Segment):
     _queue_or_404(backend, queue)
+    if segment not in api.DELETABLE_SEGMENTS:
+        raise BadRequest(api.WAITING_NOT_DELETABLE)
     form = forms.PurgeForm(request.POST or None, queue_name=queue)
     if request.method == "POST" and form.is_valid():
         removed = api.purge(backend, queue, segment)

@@ -49,6 +49,14 @@ COUNTABLE_SEGMENTS = frozenset(Segment) - {Segment.UNREADABLE, Segment.WAITING}
 
 #: Segments a task can be requeued from (a waiting task leaves only when its parents release it).
 REQUEUEABLE_SEGMENTS = frozenset(Segment) - {Segment.READY, Segment.WAITING}
+#: Segments whose tasks a delete or a purge removes: a waiting workflow task's record would go on counting
+#: it (never finishing), so it is cancelled instead, which counts it and settles its children.
+DELETABLE_SEGMENTS = frozenset(Segment) - {Segment.WAITING}
+#: Why a waiting task is not deleted or purged, as the console and `RedisTaskBackend` say it.
+WAITING_NOT_DELETABLE = (
+    "Waiting workflow tasks cannot be deleted or purged: their workflow's record would go on counting them "
+    "and never finish. Cancel them instead: each is recorded FAILED and settles its children by their policy."
+)
 
 #: The failures a stored payload raises when this code cannot read it as a task.
 #: UnicodeDecodeError: bytes that are not UTF-8. ValueError: not JSON, an unknown

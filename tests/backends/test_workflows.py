@@ -13,6 +13,7 @@ from tests import tasks
 from tests.worker.conftest import start_worker, wait_until  # noqa: F401 - start_worker is a fixture
 from threadmill.backends import codec
 from threadmill.backends.broker.passes import BrokerPass, PassFailures
+from threadmill.backends.broker.recounter import Recounter
 from threadmill.backends.broker.sweeper import SWEEP_INTERVAL_S, Sweeper
 from threadmill.backends.script_source import LuaScript, expand_includes
 from threadmill.base import Segment
@@ -225,3 +226,54 @@ def test_an_older_brokers_sweep_alone_finishes_a_release_cut_short_and_the_list_
     backend.finish_settling()
     assert backend.get_workflow(run.id).counts == done
     assert not backend.client.exists(f"{PREFIX}:settling")
+
+
+def test_the_recounter_counts_a_leaf_an_older_release_acknowledged_and_the_record_expires(
+    backend, previous_acknowledge
+):
+    run, _parent, child = _chain(backend)
+    record = f"{PREFIX}:workflow:{run.id}"
+    backend.acknowledge(_succeeded(backend.acquire("default", worker="w")[0]))
+    Sweeper(backend).sweep("default", 0)  # the parent has a child: the sweep counts it and releases the child
+    [leaf] = backend.acquire("default", worker="w")
+    assert leaf.id == child.id and backend.acknowledge(dataclasses.replace(leaf, status=TaskResultStatus.FAILED))
+    assert backend.get_workflow(run.id).counts["FAILED"] == 0 and backend.client.ttl(record) == -1
+    assert Sweeper(backend).sweep("default", 0) == 0  # nothing waits on the leaf
+
+    assert Recounter(backend).recount() == 1
+
+    assert backend.get_workflow(run.id).counts == {
+        "WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 1, "FAILED": 1,
+    }  # fmt: skip
+    assert backend.client.hexists(record, "finished_at") and 0 < backend.client.ttl(record)
+    assert Recounter(backend).recount() == 0  # counted once
+
+
+def test_the_recounter_resumes_inside_a_graph_its_budget_cut_and_leaves_counted_tasks_alone(backend, monkeypatch):
+    from threadmill.backends.broker import recounter
+
+    wf = Workflow()
+    for i in range(5):
+        wf.add(tasks.echo, (i,))
+    run = wf.enqueue()
+    leased = backend.acquire("default", count=5, worker="w")
+    assert backend.acknowledge(_succeeded(leased[0]))  # this release counts it
+    for result in leased[1:]:  # an older release recorded these without counting them
+        backend.client.hset(f"{PREFIX}:task:{result.id}", "segment", "successful")
+    monkeypatch.setattr(recounter, "RECOUNT_TASKS", 2)
+    monkeypatch.setattr(recounter, "MAX_RECOUNT_CALLS", 1)
+    duty = Recounter(backend)
+
+    assert [duty.recount() for _ in range(3)] == [1, 2, 1]
+
+    assert duty.cursor == (0, 0)
+    assert backend.get_workflow(run.id).counts["SUCCESSFUL"] == 5
+    assert backend.client.hexists(f"{PREFIX}:workflow:{run.id}", "finished_at")
+
+
+def test_the_recounter_on_a_server_without_workflows_sends_one_script_running_one_command(backend):
+    Recounter(backend).recount()  # loads the script
+    backend.client.config_resetstat()
+    assert Recounter(backend).recount() == 0
+    calls = {name: row["calls"] for name, row in backend.client.info("commandstats").items()}
+    assert calls == {"cmdstat_config|resetstat": 1, "cmdstat_evalsha": 1, "cmdstat_zrange": 1}

@@ -107,7 +107,12 @@ def test_cancel_is_refused_to_a_viewer_without_csrf_and_over_get(client_as, view
 @pytest.mark.parametrize(
     ("path", "data", "status", "reason"),
     [
-        ("failed", {"scope": "view"}, 400, "Only ready, deferred and running tasks can be cancelled, not failed ones."),
+        (
+            "failed",
+            {"scope": "view"},
+            400,
+            "Only waiting, ready, deferred and running tasks can be cancelled, not failed ones.",
+        ),
         ("successful", {"scope": "view"}, 400, "not successful ones."),
         ("ready", {"scope": "selected"}, 400, "Select at least one task."),
         ("ready", {"scope": "selected", "ids": ["<b>bad</b>"]}, 400, "The selection holds a malformed task id."),

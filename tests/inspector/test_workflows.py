@@ -300,3 +300,71 @@ def test_an_action_on_an_unknown_workflow_is_a_404_and_audits_nothing(operator_c
         for query in ("", "?backend=default"):
             assert csrf_post(operator_client, f"/threadmill/workflows/nope/{action}/{query}", {}).status_code == 404
     assert not AuditEntry.objects.exists()
+
+
+def test_cancel_on_a_waiting_task_s_page_cancels_it_and_fails_its_child_upstream(operator_client, backend):
+    from inspector.models import AuditEntry
+    from tests.inspector.conftest import csrf_post
+
+    run = chain(3, name="cancel-waiting")
+    _, middle, last = [r.id for r in run.tasks.values()]
+    page = operator_client.get(f"/threadmill/default/task/{middle}/").content.decode()
+    assert 'id="cancel-task"' in page and "Cancel this task" in page
+
+    response = csrf_post(operator_client, f"/threadmill/default/task/{middle}/cancel/", {})
+
+    assert response.status_code == 302
+    assert f"Cancelled task {middle}: it will not run." in operator_client.get(response["Location"]).content.decode()
+    assert backend.get_result(middle).errors[-1].exception_class_path == "threadmill.exceptions.TaskCancelled"
+    assert backend.get_result(last).errors[-1].exception_class_path == "threadmill.exceptions.UpstreamFailed"
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.segment, entry.count, entry.task_ids) == ("cancel", "waiting", 1, [middle])
+
+
+def test_cancel_all_of_the_waiting_view_cancels_each_waiting_task(operator_client, backend):
+    from inspector.models import AuditEntry
+    from tests.inspector.conftest import csrf_post
+
+    run = chain(3, name="cancel-view")
+    first, middle, last = [r.id for r in run.tasks.values()]
+    url = "/threadmill/default/default/waiting/cancel/"
+    assert "Cancel selected…" in operator_client.get("/threadmill/default/default/waiting/").content.decode()
+    confirm = csrf_post(operator_client, url, {"scope": "view"}).content.decode()
+    assert 'id="cancel-count">2 tasks<' in confirm
+
+    done = csrf_post(operator_client, url, {"scope": "view", "confirmed": "yes"})
+
+    assert done.status_code == 302 and done["Location"] == "/threadmill/default/default/waiting/"
+    assert [backend.get_result(i).status for i in (middle, last)] == ["FAILED", "FAILED"]
+    assert backend.get_result(first).status == "READY"
+    # The view lists the middle task first: its cancel fails its child upstream, which the cancel then finds finished.
+    assert backend.get_result(last).errors[-1].exception_class_path == "threadmill.exceptions.UpstreamFailed"
+    assert AuditEntry.objects.get().task_ids == [middle]
+    page = operator_client.get(done["Location"]).content.decode()
+    assert "Cancelled 1 task; abort requested for 0 running tasks; 1 already finished." in page
+
+
+def test_deleting_or_purging_the_waiting_segment_is_a_400_naming_the_cancel_and_changes_nothing(
+    operator_client, backend
+):
+    from inspector.models import AuditEntry
+    from tests.inspector.conftest import csrf_post
+
+    run = chain(2, name="no-purge")
+    _, waiting = [r.id for r in run.tasks.values()]
+    page = operator_client.get("/threadmill/default/default/waiting/").content.decode()
+    assert "Cancel selected…" in page and "Delete selected…" not in page and "Purge waiting…" not in page
+    base = "/threadmill/default/default/waiting"
+    answers = [
+        csrf_post(operator_client, f"{base}/delete/", {"scope": "selected", "ids": [waiting], "confirmed": "yes"}),
+        operator_client.get(f"{base}/purge/"),
+        csrf_post(operator_client, f"{base}/purge/", {"confirm": "default"}),
+    ]
+    for response in answers:
+        assert response.status_code == 400
+        assert "Waiting workflow tasks cannot be deleted or purged" in response.content.decode()
+    assert backend.get_result(waiting).segment == "waiting"
+    assert backend.get_workflow(run.id).counts["WAITING"] == 1
+    assert AuditEntry.objects.count() == 0
+    with pytest.raises(ValueError, match="Cancel them instead"):
+        backend.purge("default", segment="waiting")

@@ -29,7 +29,7 @@ from ..backends.merge import Cursor, KeysetPage
 from ..backends.tooling.actions import CancelOutcome
 from ..backends.tooling.controls import LimitState
 from ..backends.tooling.metrics import TaskLimitState
-from ..base import REQUEUEABLE_SEGMENTS, PausedQueue, Segment, UnreadableTask
+from ..base import DELETABLE_SEGMENTS, REQUEUEABLE_SEGMENTS, WAITING_NOT_DELETABLE, PausedQueue, Segment, UnreadableTask
 from ..identity import WorkerName
 from ..limits import QueueLimit
 from . import controls, history, metrics, schedules, workflows
@@ -79,10 +79,12 @@ __all__ = [
     "ATTEMPTS_KEPT",
     "CANCELLABLE_SEGMENTS",
     "CANCEL_VIEW_LIMIT",
+    "DELETABLE_SEGMENTS",
     "FILTER_SCAN_LIMIT",
     "MEMORY_WARNING_SHARE",
     "NO_FILTER",
     "REQUEUEABLE_SEGMENTS",
+    "WAITING_NOT_DELETABLE",
     "CancelOutcome",
     "Cancelled",
     "Cursor",

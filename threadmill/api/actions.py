@@ -20,8 +20,9 @@ from .queues import NO_FILTER, Filter, get_backend, page, task
 LIVE_LEASE_CHECK_LIMIT = 1000
 #: Most tasks one "cancel all in this view" cancels; each is a read and a script call, so a view is cut here.
 CANCEL_VIEW_LIMIT = 1000
-#: The segments whose tasks a cancel applies to: waiting ones never run, running ones are asked to abort.
-CANCELLABLE_SEGMENTS = (Segment.READY, Segment.DEFERRED, Segment.RUNNING)
+#: The segments whose tasks a cancel applies to: a waiting, ready or deferred task never runs (a waiting
+#: one settles its children by their policy), a running one is asked to abort.
+CANCELLABLE_SEGMENTS = (Segment.WAITING, Segment.READY, Segment.DEFERRED, Segment.RUNNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,7 @@ def purge(alias: str, queue_name: str, segment: Segment) -> int:
 
 
 def cancel(alias: str, task_ids: Sequence[str], *, by: str, queue_name: str | None = None) -> dict[str, CancelOutcome]:
-    """Cancel tasks by id (ready or deferred ones never run, running ones are asked to abort); say what each got.
+    """Cancel tasks by id (waiting, ready or deferred ones never run, running ones are asked to abort); say what each got.
 
     With `queue_name`, the ids of another queue's tasks are left alone and reported unknown.
     """

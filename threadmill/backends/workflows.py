@@ -50,6 +50,7 @@ STEPS_PER_CALL = 500
 CANCELLABLE = ("waiting", "ready", "deferred", "running")
 _enqueue_workflow = LuaScript(script_source("enqueue_workflow"))
 _sweep_waiting = LuaScript(script_source("sweep_waiting"))
+_recount_workflows = LuaScript(script_source("recount_workflows"))
 _add_to_workflow = LuaScript(script_source("add_to_workflow"))
 _cancel_workflow = LuaScript(script_source("cancel_workflow"))
 _retry_workflow = LuaScript(script_source("retry_workflow"))
@@ -132,6 +133,17 @@ class WorkflowScripts(ScriptHost):
             _sweep_waiting, [k.segment(queue_name, Segment.WAITING), k.task_prefix()], [first, count, int(result_ttl)]
         )
         return int(settled), int(looked)
+
+    @translate_errors
+    def recount_workflows(
+        self, cursor: tuple[int, int], records: int, tasks: int, result_ttl: float
+    ) -> tuple[int, tuple[int, int], bool]:
+        """Count the uncounted final tasks of open records from `cursor` (rank, place in its graph); return (counted, next cursor, at the end)."""
+        k = self.keys
+        counted, rank, index, end = self._run(
+            _recount_workflows, [k.workflows(), k.task_prefix()], [*cursor, records, tasks, int(result_ttl)]
+        )
+        return int(counted), (int(rank), int(index)), bool(end)
 
     @translate_errors
     def cancel_workflow(

@@ -10,6 +10,7 @@ own `interval()`; `DUTIES` lists them in the order a pass runs them:
 - `recovery`: takes back the leases of lost worker processes;
 - `trimmer`: drops finished ids whose task data expired;
 - `sweeper`: settles the final parents of waiting workflow tasks no acknowledgement settled;
+- `recounter`: counts in their workflows' records the final outcomes an older release left uncounted;
 - `full-trimmer`: drops the oldest successful tasks (leaving tombstones) while the server is over its maxmemory.
 
 Adding a duty is one module with a `Duty` subclass
@@ -30,6 +31,7 @@ from .latency import Latency
 from .mover import Mover
 from .passes import BrokerPass, Duty, PassFailures
 from .reaper import Reaper
+from .recounter import Recounter
 from .recovery import Recovery
 from .scheduler import Scheduler
 from .sweeper import Sweeper
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["DUTIES", "BrokerPass", "Duty", "PassFailures", "RedisBroker"]
 
 #: The broker's duties, in the order each pass runs them.
-DUTIES: tuple[type[Duty], ...] = (Mover, Scheduler, Latency, Reaper, Recovery, Trimmer, Sweeper, FullTrimmer)
+DUTIES: tuple[type[Duty], ...] = (Mover, Scheduler, Latency, Reaper, Recovery, Trimmer, Sweeper, Recounter, FullTrimmer)
 
 D = TypeVar("D", bound=Duty)
 

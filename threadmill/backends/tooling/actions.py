@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
-from ...base import UNREADABLE_PAYLOAD_ERRORS, Segment
+from ...base import DELETABLE_SEGMENTS, UNREADABLE_PAYLOAD_ERRORS, WAITING_NOT_DELETABLE, Segment
 from ...exceptions import UnreadableTaskError
 from ...outcome import record_abandoned
 from .. import codec
@@ -202,9 +202,10 @@ class ActionTooling(ToolingHost):
     def delete_many(self, queue_name: str, *, segment: Segment | str, task_ids: Iterable[str]) -> list[str]:
         """Delete those of the given tasks still in one segment of a queue, in one script; return their ids.
 
-        A task that moved elsewhere since the caller saw it is left alone.
+        A task that moved elsewhere since the caller saw it is left alone. Raises ValueError for the
+        waiting segment (`WAITING_NOT_DELETABLE`).
         """
-        segment = Segment.parse(segment)
+        segment = _deletable(segment)
         deleted: list[str] = []
         for partition, ids in by_partition(task_ids, str).items():
             deleted += self.scripts_for(partition).delete(queue_name, segment, ids)
@@ -238,8 +239,11 @@ class ActionTooling(ToolingHost):
         return pipe.execute()
 
     def purge(self, queue_name: str, *, segment: Segment | str) -> int:
-        """Delete a segment and the task data it owns, in batches; return how many were removed."""
-        segment = Segment.parse(segment)
+        """Delete a segment and the task data it owns, in batches; return how many were removed.
+
+        Raises ValueError for the waiting segment (`WAITING_NOT_DELETABLE`).
+        """
+        segment = _deletable(segment)
         removed = 0
         for scripts in self._partition_scripts():
             while batch := scripts.purge(queue_name, segment, self.config.batch_size):
@@ -292,6 +296,14 @@ class ActionTooling(ToolingHost):
             if reply != -1:
                 break
         return _CANCEL_REPLIES.get(reply, CancelOutcome.KEPT_MOVING)
+
+
+def _deletable(segment: Segment | str) -> Segment:
+    """Return the segment named, raising ValueError for one whose tasks a delete or a purge must not remove."""
+    segment = Segment.parse(segment)
+    if segment not in DELETABLE_SEGMENTS:
+        raise ValueError(WAITING_NOT_DELETABLE)
+    return segment
 
 
 _CANCEL_REPLIES = {
