@@ -74,6 +74,19 @@ def test_a_quarter_whose_summary_is_missing_is_summed_from_its_minutes_and_summa
 
 
 @pytest.mark.single_partition
+def test_an_unreadable_summary_is_summed_from_its_minutes_again(backend, raw):
+    now = time.time()
+    current = int(now // 60)
+    write_counters(backend, range(current - 24 * 60, current + 1))
+    charted(backend, now)
+    quarter = current - current % 15 - 40 * 15
+    raw.set(backend.keys.quarter("default", quarter), b"\xff,not a number")
+
+    assert charted(backend, now) == expected_day(backend, now)
+    assert raw.get(backend.keys.quarter("default", quarter)).count(b",") == 3
+
+
+@pytest.mark.single_partition
 def test_a_quarter_closed_less_than_the_grace_ago_is_summed_but_not_stored(backend, raw):
     current = int(time.time() // 60)
     recent, old = current - current % 15 - 15, current - current % 15 - 4 * 15 - SUMMARY_GRACE_MINUTES

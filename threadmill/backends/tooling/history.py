@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import reduce
 
 from ..errors import translate_errors
 from ..keys import QUARTER_MINUTES, THROUGHPUT_SERIES
@@ -30,6 +31,8 @@ SUMMARY_GRACE_MINUTES = 30
 
 #: One bucket's counts: tasks in, out, failed, and the largest latency sampled in ms (None: none was).
 Bucket = tuple[int, int, int, int | None]
+#: A bucket nothing was counted in.
+EMPTY: Bucket = (0, 0, 0, None)
 
 
 def merge(a: Bucket, b: Bucket) -> Bucket:
@@ -38,10 +41,13 @@ def merge(a: Bucket, b: Bucket) -> Bucket:
     return (a[0] + b[0], a[1] + b[1], a[2] + b[2], latency)
 
 
-def read_summary(summary: bytes) -> Bucket:
-    """Return the bucket a quarter's summary ("in,out,failed,latency_ms") stores."""
-    enqueued, finished, failed, latency = summary.decode().split(",")
-    return (int(enqueued), int(finished), int(failed), int(latency) if latency else None)
+def read_summary(summary: bytes | None) -> Bucket | None:
+    """Return the bucket a quarter's summary ("in,out,failed,latency_ms") stores, None where it is missing or unreadable."""
+    try:
+        enqueued, finished, failed, latency = (summary or b"").decode().split(",")
+        return (int(enqueued), int(finished), int(failed), int(latency) if latency else None)
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 def minute_buckets(values: Sequence[bytes | None], minutes: int) -> list[Bucket]:
@@ -115,13 +121,12 @@ class HistoryTooling(ToolingHost):
         hour_start = current - HOUR_MINUTES + 1
         open_quarter = current - current % QUARTER_MINUTES
         quarters = range(open_quarter - (DAY_QUARTERS - 1) * QUARTER_MINUTES, open_quarter + 1, QUARTER_MINUTES)
-        hour: list[Bucket] = [(0, 0, 0, None)] * HOUR_MINUTES
-        day: list[Bucket] = [(0, 0, 0, None)] * DAY_QUARTERS
+        hour, day = [EMPTY] * HOUR_MINUTES, [EMPTY] * DAY_QUARTERS
         for partition in self.covered_partitions():
             minutes, summarised = self._charted_partition(partition, queue_name, hour_start, quarters)
             hour = [merge(a, b) for a, b in zip(hour, minutes, strict=True)]
             recent = (minutes[q - hour_start : q - hour_start + QUARTER_MINUTES] for q in quarters[len(summarised) :])
-            buckets = [*summarised, *(self._sum(m) for m in recent)]
+            buckets = [*summarised, *(reduce(merge, m, EMPTY) for m in recent)]
             day = [merge(a, b) for a, b in zip(day, buckets, strict=True)]
         return {"hour": as_series(hour), "day": as_series(day)}
 
@@ -135,17 +140,10 @@ class HistoryTooling(ToolingHost):
         names = [keys.quarter(queue_name, q) for q in older]
         names += [keys.throughput(queue_name, series, m) for series in THROUGHPUT_SERIES for m in span]
         values = self.client.mget(names)
-        summaries = dict(zip(older, values[: len(older)], strict=True))
+        summaries = {q: read_summary(v) for q, v in zip(older, values[: len(older)], strict=True)}
         missing = [q for q in older if summaries[q] is None]
         if missing:
             found = self.scripts_for(partition).summarise_quarters(queue_name, missing, SUMMARY_GRACE_MINUTES)
-            summaries |= dict(zip(missing, found, strict=True))
+            summaries |= {q: read_summary(v) for q, v in zip(missing, found, strict=True)}
         minutes = minute_buckets(values[len(older) :], HOUR_MINUTES)
-        return minutes, [read_summary(summaries[q]) for q in older]
-
-    @staticmethod
-    def _sum(buckets: Sequence[Bucket]) -> Bucket:
-        total: Bucket = (0, 0, 0, None)
-        for bucket in buckets:
-            total = merge(total, bucket)
-        return total
+        return minutes, [summaries[q] or EMPTY for q in older]
