@@ -18,7 +18,7 @@ from .script_source import LuaScript, ScriptHost
 
 
 class ToolingScripts(ScriptHost):
-    """Peek, purge, delete, bulk requeue, lease reads, cancel, pause, resume, limits, worker commands and schedule pauses: one wrapper a script."""
+    """Peek, purge, delete, bulk requeue, lease reads, cancel, pause, resume, limits, worker commands, schedule pauses and chart summaries: one wrapper a script."""
 
     _purge: LuaScript
     _delete: LuaScript
