@@ -1,8 +1,9 @@
 """History charts of the overview, drawn on the server as inline SVG (no script, so the strict CSP holds).
 
-Each queue gets two windows, the last hour per minute and the last 24 hours per 15 minutes,
-each with two panels: tasks in, out and failed, and latency. A gap in the latency series
-(no broker sampled it) is a gap in the line, not a drop to zero.
+Each queue gets two windows, the last hour per minute and the last 24 hours per quarter-hour
+(aligned to :00, :15, :30 and :45, the open quarter last), each with two panels: tasks in, out
+and failed, and latency. A gap in the latency series (no broker sampled it) is a gap in the
+line, not a drop to zero.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from threadmill import api
 
 #: Width and height of one chart panel, in SVG user units.
 WIDTH, HEIGHT = 240, 48
-#: The windows each queue is charted over: title, minutes, minutes per point.
-WINDOWS = (("1 hour", 60, 1), ("24 hours", 24 * 60, 15))
+#: The windows each queue is charted over: title and what a point is.
+WINDOWS = (("1 hour", "min"), ("24 hours", "15 min"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +87,6 @@ def window(title: str, history: api.history.History, per: str) -> Window:
 
 
 def queue_charts(alias: str, queue_name: str, now: float | None = None) -> list[Window]:
-    """Return the 1-hour and 24-hour windows of one queue, from one read of its day of history."""
-    day = api.history.history(alias, queue_name, minutes=WINDOWS[-1][1], now=now)
-    return [
-        window(title, day.last(minutes).rebucket(size), "min" if size == 1 else f"{size} min")
-        for title, minutes, size in WINDOWS
-    ]
+    """Return the 1-hour and 24-hour windows of one queue (the day in clock-aligned quarter-hours)."""
+    read = api.history.charted(alias, queue_name, now=now)
+    return [window(title, history, per) for (title, per), history in zip(WINDOWS, read, strict=True)]

@@ -54,6 +54,23 @@ def test_the_overview_charts_every_queue_over_an_hour_and_a_day(operator_client,
     assert "<script" not in figure and "style=" not in figure
 
 
+def test_the_day_chart_reads_a_closed_quarter_through_its_summary(operator_client, backend):
+    current = int(time.time() // 60)
+    quarter = current - current % 15 - 8 * 15  # two hours back, long closed
+    for minute, count in ((quarter, 40), (quarter + 14, 2), (quarter + 15, 7)):
+        backend.client.set(backend.keys.throughput("default", "ingress", minute), count)
+    day = "default: tasks in, out and failed per 15 min, last 24 hours; peak {} / 15 min"
+
+    first = operator_client.get("/threadmill/").content.decode()
+    backend.client.incrby(
+        backend.keys.throughput("default", "ingress", quarter + 15), 50
+    )  # the next quarter, summarised too
+    second = operator_client.get("/threadmill/").content.decode()
+
+    assert day.format(42) in first and backend.client.get(backend.keys.quarter("default", quarter)) == b"42,0,0,"
+    assert day.format(42) in second  # read from the summaries: the later write is not seen
+
+
 def test_the_charts_are_part_of_the_overview_fragment_the_websocket_pushes(operator_client, seeded):
     html = operator_client.get("/threadmill/", headers={"HX-Request": "true"}).content.decode()
     assert html.lstrip().startswith('<div id="queues-table"') and 'id="queue-charts"' in html

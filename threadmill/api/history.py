@@ -1,4 +1,8 @@
-"""A queue's per-minute history (tasks in, out, failed, and latency) as the console charts it."""
+"""A queue's per-minute history (tasks in, out, failed, and latency) as the console charts it.
+
+`charted` is the overview's read: the last hour per minute and the last 24 hours per quarter-hour,
+aligned to the clock's quarters (:00, :15, :30, :45), the older ones read from one summary each.
+"""
 
 from __future__ import annotations
 
@@ -39,3 +43,13 @@ def history(alias: str, queue_name: str, *, minutes: int = DAY_MINUTES, now: flo
     """Return a queue's history per minute over the last `minutes` (at most 24 hours), in one round trip."""
     found = get_backend(alias).history(queue_name, minutes=minutes, now=now)
     return History(found["enqueued"], found["finished"], found["failed"], found["latency_s"])
+
+
+def charted(alias: str, queue_name: str, *, now: float | None = None) -> tuple[History, History]:
+    """Return a queue's last hour per minute and its last 24 hours per clock-aligned quarter-hour, the open one last."""
+    found = get_backend(alias).charted(queue_name, now=now)
+    hour, day = found["hour"], found["day"]
+    return (
+        History(hour["enqueued"], hour["finished"], hour["failed"], hour["latency_s"]),
+        History(day["enqueued"], day["finished"], day["failed"], day["latency_s"]),
+    )

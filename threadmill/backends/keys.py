@@ -54,6 +54,10 @@ TASK_FIELDS = (
 #: Seconds a per-minute counter outlives its minute: the console charts the last 24 hours.
 #: Each queue keeps at most 4 counters a minute (in, out, failed, latency), about 5,800 keys.
 THROUGHPUT_COUNTER_TTL_S = 25 * 60 * 60
+#: The per-minute counters of a queue, in the order history reads them.
+THROUGHPUT_SERIES = ("ingress", "egress", "failed", "latency")
+#: Minutes in a quarter-hour, the 24-hour chart's bucket; a closed one is summarised into one key (96 a day).
+QUARTER_MINUTES = 15
 
 
 #: Hash slots of a Redis or Valkey Cluster.
@@ -194,6 +198,10 @@ class KeySchema:
     def throughput(self, queue_name: str, direction: str, minute: int) -> str:
         """Per-minute counter of a queue: tasks in (`ingress`), out (`egress`), `failed`, or the oldest ready age (`latency`, ms)."""
         return f"{self.prefix}:{queue_name}:{direction}:{minute}"
+
+    def quarter(self, queue_name: str, first_minute: int) -> str:
+        """Summary of a closed quarter-hour of a queue's per-minute counters, "in,out,failed,latency_ms", by its first minute."""
+        return f"{self.prefix}:{queue_name}:quarter:{first_minute}"
 
     def workers(self) -> str:
         """Sorted set of worker names (`host:pid:incarnation`) by their last heartbeat, server seconds."""

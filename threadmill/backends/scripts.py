@@ -126,6 +126,7 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         self._record_task_stats = register(script_source("record_task_stats"))
         self._limit = register(script_source("limit"))
         self._limit_state = register(script_source("limit_state"))
+        self._summarise_quarters = register(script_source("summarise_quarters"))
 
     def for_partition(self, keys: KeySchema) -> RedisScripts:
         """Return these scripts over another partition's keys, sharing this object's transport."""

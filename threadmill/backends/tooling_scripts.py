@@ -12,13 +12,13 @@ from typing import Any
 
 from ..base import Segment
 from .errors import translate_errors
-from .keys import THROUGHPUT_COUNTER_TTL_S
+from .keys import QUARTER_MINUTES, THROUGHPUT_COUNTER_TTL_S, THROUGHPUT_SERIES
 from .maintenance_scripts import encode_heartbeats
 from .script_source import LuaScript, ScriptHost
 
 
 class ToolingScripts(ScriptHost):
-    """Peek, purge, delete, bulk requeue, lease reads, cancel, pause, resume, limits, worker commands and schedule pauses: one wrapper a script."""
+    """Peek, purge, delete, bulk requeue, lease reads, cancel, pause, resume, limits, worker commands, schedule pauses and chart summaries: one wrapper a script."""
 
     _purge: LuaScript
     _delete: LuaScript
@@ -35,6 +35,7 @@ class ToolingScripts(ScriptHost):
     _limit_state: LuaScript
     _send_control: LuaScript
     _pause_schedule: LuaScript
+    _summarise_quarters: LuaScript
 
     @translate_errors
     def purge(self, queue_name: str, segment: Segment, batch_size: int) -> int:
@@ -224,3 +225,20 @@ class ToolingScripts(ScriptHost):
             keys += [k.segment(name, Segment.READY), k.segment(name, Segment.RUNNING), k.lease_times(name)]
             args += [name, "" if count is None else count]
         return self._run(self._limit_state, keys=keys, args=args)
+
+    @translate_errors
+    def summarise_quarters(self, queue_name: str, first_minutes: Sequence[int], grace_minutes: int) -> list[bytes]:
+        """Sum each quarter-hour of a queue starting at `first_minutes`; store the sums of those closed `grace_minutes` ago.
+
+        Returns one "in,out,failed,latency_ms" summary a quarter, in order (latency empty where none was sampled).
+        """
+        k = self.keys
+        keys: list[str] = []
+        for first in first_minutes:
+            span = range(first, first + QUARTER_MINUTES)
+            keys += [
+                k.quarter(queue_name, first),
+                *(k.throughput(queue_name, s, m) for s in THROUGHPUT_SERIES for m in span),
+            ]
+        args = [grace_minutes, THROUGHPUT_COUNTER_TTL_S, *(first + QUARTER_MINUTES for first in first_minutes)]
+        return self._run(self._summarise_quarters, keys=keys, args=args)
