@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import redis
 from redis.connection import HiredisRespSerializer
 
 from tests import tasks
+from tests.calls import count_calls
 from threadmill.backends.script_source import LuaScript
 from threadmill.backends.transport import ServerTransport
 
 
 def packer_calls(run) -> int:
     """Run `run()` and return how many times redis-py's hiredis packer ran on this thread meanwhile."""
-    calls = 0
-    pack = HiredisRespSerializer.pack.__code__
-
-    def count(frame, event, arg):
-        nonlocal calls
-        if event == "call" and frame.f_code is pack:
-            calls += 1
-
-    sys.setprofile(count)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-    return calls
+    return count_calls(HiredisRespSerializer.pack.__code__, run)
 
 
 def test_a_script_call_is_packed_by_hiredis_without_redis_pys_copy_of_its_arguments(backend):

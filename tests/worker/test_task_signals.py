@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from contextlib import contextmanager
 
 import pytest
@@ -12,6 +11,7 @@ from django.tasks import TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 
 from tests import tasks
+from tests.calls import count_calls
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.worker.executor import Executor
 
@@ -45,20 +45,7 @@ def django_tasks_level(level: int):
 
 def signal_sends(run) -> int:
     """Run `run()` and return how many times a Django signal was sent on this thread meanwhile."""
-    sends = 0
-    send = Signal.send.__code__
-
-    def count(frame, event, arg):
-        nonlocal sends
-        if event == "call" and frame.f_code is send:
-            sends += 1
-
-    sys.setprofile(count)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-    return sends
+    return count_calls(Signal.send.__code__, run)
 
 
 def test_a_plain_run_sends_no_signal_when_only_djangos_silenced_log_receiver_would_get_it(leased):
