@@ -8,11 +8,13 @@ one single-slot script call, and everything that finds a workflow by id goes to 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from django.tasks import TaskResultStatus
 
 from tests import tasks
+from tests.cli.test_status import threadmill
 from tests.servers import partition
 from tests.worker.conftest import run_worker, worker_env
 from threadmill import api
@@ -184,3 +186,31 @@ def test_an_acknowledgement_cut_short_is_continued_in_its_own_partition(backend)
 
     assert backend.get_workflow(run.id).counts["FAILED"] == 1_201
     assert backend.client.llen(backend.keys_for(2).workflow_settling()) == 0
+
+
+def test_the_command_line_shows_cancels_and_retries_a_workflow_of_any_partition(backend, redis_url):
+    runs = [_diamond(f"d{i}") for i in range(2)]
+    target = next(run for run in runs if partition_of(run.id) == 2)
+    env = {"THREADMILL_TEST_REDIS_URL": redis_url, "THREADMILL_TEST_PARTITIONS": "3"}
+
+    shown = threadmill("workflow", "show", target.id, "--json", **env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["counts"] == {"WAITING": 3, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 0}
+    cancelled = threadmill("workflow", "cancel", target.id, **env)
+    assert cancelled.stdout.strip() == f"Workflow {target.id}: 4 tasks cancelled or asked to abort."
+    retried = threadmill("workflow", "retry", target.id, **env)
+    assert retried.stdout.strip() == f"Workflow {target.id}: 4 tasks made ready or waiting again."
+    status = threadmill("status", "--json", **env)
+    waiting = {q["queue"]: q["waiting"] for q in json.loads(status.stdout)["queues"]}
+    assert (waiting["default"], waiting["emails"]) == (4, 2)  # both workflows' waiting tasks, partitions 1 and 2
+
+
+def test_exit_empty_waits_for_a_release_in_any_partition(backend):
+    runs = [_diamond(f"d{i}") for i in range(2)]
+    assert {partition_of(run.id) for run in runs} == {1, 2}  # none in partition 0
+
+    assert backend.awaits_release(["default"])  # a waiting task and its ready parent, in partitions 1 and 2
+    assert not backend.awaits_release(["emails"])  # its waiting tasks' parents are in a queue it does not serve
+    for run in runs:
+        backend.cancel_workflow(run.id)
+    assert not backend.awaits_release(["default", "emails"])
