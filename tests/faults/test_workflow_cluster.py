@@ -30,6 +30,7 @@ from tests.faults.test_failover import (  # noqa: F401 - failover_cluster is a f
     replica_of,
 )
 from tests.faults.test_workflow_faults import Step, final_finish, read_steps, starts_of
+from tests.servers import partition
 from threadmill.backends.partitions import partition_of
 from threadmill.workflows import Workflow, WorkflowResult
 
@@ -105,6 +106,38 @@ def test_a_workflow_over_three_queues_drains_on_a_cluster_each_task_once_in_one_
     assert {queue: stats["waiting"] for queue, stats in on_cluster.queue_stats().items()} == dict.fromkeys(QUEUES, 0)
     # Every script of the workflow ran on the one primary that owns the alias's slot.
     assert all("cmdstat_evalsha" not in redis.Redis(port=node.port).info("commandstats") for node in others)
+
+
+def test_workflows_in_three_partitions_spread_their_script_calls_over_the_three_primaries(
+    cluster, counter, start_pool, settings
+):
+    backend = partition(settings, cluster)
+    graphs = [graph(30, name=f"spread-{i}") for i in range(6)]
+    runs = [wf.enqueue() for wf in graphs]
+    assert sorted(partition_of(run.id) for run in runs) == [0, 0, 1, 1, 2, 2]
+    owners = Counter(cluster.server.node_for(backend.task_keys(run.id).workflow(run.id)).port for run in runs)
+    assert sorted(owners.values()) == [2, 2, 2], owners  # two workflows' keys on each primary
+    tally = Tally(backend, counter)
+    tally.ids = [node.id for wf in graphs for node in wf.nodes]
+    for node in cluster.server.primary_nodes:
+        redis.Redis(port=node.port).config_resetstat()
+    pool = start_pool(cluster, "-w", "2", "-t", "2", THREADMILL_TEST_CLUSTER="1", THREADMILL_TEST_PARTITIONS="3")
+
+    for run in runs:
+        wait_until_final(run, pool, 60)
+    tally.assert_each_ran_once()
+    steps = read_steps(tally)
+    for wf, run in zip(graphs, runs, strict=True):
+        assert run.status == TaskResultStatus.SUCCESSFUL
+        assert_each_child_started_after_its_parents(run, wf, steps)
+    calls = [
+        redis.Redis(port=node.port).info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        for node in cluster.server.primary_nodes
+    ]
+    print(f"\nscript calls per primary, 6 workflows in 3 partitions: {calls}")
+    assert all(count > 0 for count in calls), calls
+    # Each shard carries two workflows' releases, so none carries most of the calls.
+    assert max(calls) < 0.6 * sum(calls), calls
 
 
 @pytest.fixture
@@ -210,6 +243,7 @@ def test_workflows_in_three_partitions_live_on_three_shards_and_ride_out_one_sha
     finished_before = set(tally.finished())
     primary.process.kill()  # SIGKILL: no goodbye to the replica or the cluster
     primary.process.wait()
+    killed = time.monotonic()
     assert not {node.id for node in graphs[victim].nodes} <= finished_before, "its workflow was done: nothing tested"
     wait_for(
         lambda: is_primary(replica), lambda: f"the replica on port {replica.port} is promoted", PROMOTION_TIMEOUT_S
@@ -222,13 +256,14 @@ def test_workflows_in_three_partitions_live_on_three_shards_and_ride_out_one_sha
     )
     for run in runs:
         wait_until_final(run, pool, 60)
+    drained = time.monotonic() - killed
 
     steps = read_steps(tally)
     finished = tally.finished()
     twice = {task_id: n for task_id, n in finished.items() if n > 1}
     print(
         f"\nworkflows in 3 partitions: {len(tally.ids)} enqueued, {len(finished_before)} finished before the kill, "
-        f"{len(tally.ran())} ran, {len(tally.never_ran())} lost, {len(twice)} ran twice"
+        f"{len(tally.ran())} ran, {len(tally.never_ran())} lost, {len(twice)} ran twice; final {drained:.1f} s after the kill"
     )
     assert tally.never_ran() == [], tally.summary()
     assert len(twice) <= THREADS + PREFETCH and set(twice.values()) <= {2}, twice
