@@ -1,12 +1,12 @@
 """The backend half of workflows (`threadmill.workflows`): their scripts' wrappers, the enqueue, the read, the
 cancel and the retry.
 
-A workflow lives in the keys of the one partition its id and its tasks' ids name (one hash tag, so
-one slot of a cluster; partition 0 with one partition): its record, its tasks' hashes, their pending
-and children sets, the queues' waiting segments and that partition's `workflows` index. The release
-is in acknowledge.lua (`lua/lib/workflow.lua`); docs/explanation/workflows.md has the design. A cancel or a retry of a whole workflow is a series of bounded script calls (`STEPS_PER_CALL`),
-each of which leaves the workflow consistent, so a crash between two of them is repaired by
-calling again.
+A workflow lives in the keys of the one partition its id and its tasks' ids name (one hash tag, so one slot of
+a cluster; partition 0 with one partition): its record, its tasks' hashes, their pending and children sets,
+the queues' waiting segments and that partition's `workflows` index. The release is in acknowledge.lua
+(`lua/lib/workflow.lua`); docs/explanation/workflows.md has the design. A cancel or a retry of a whole
+workflow is a series of bounded script calls (`STEPS_PER_CALL`), each of which leaves the workflow consistent,
+so a crash between two of them is repaired by calling again.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Recounter(Duty):
         return sum(pass_.attempt(p, self.recount, p) or 0 for p in pass_.partitions)
 
     def recount(self, partition: int = 0) -> int:
-        """Make up to `MAX_RECOUNT_CALLS` calls from a partition's cursor, back to its index's start at its end; return the count."""
+        """Make up to `MAX_RECOUNT_CALLS` calls from a partition's cursor (its index's start after its end); return the count."""
         scripts, total = self.backend.scripts_for(partition), 0
         for _ in range(MAX_RECOUNT_CALLS):
             counted, cursor, at_end = scripts.recount_workflows(

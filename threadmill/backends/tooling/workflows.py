@@ -2,10 +2,11 @@
 
 A workflow lives in one partition's keys, the one its id names (`threadmill.backends.workflows`):
 its record hash (`name`, `created_at`, `graph`, `total` and the counts its scripts keep) and that
-partition's `workflows` index, newest last. A list merges the covered partitions' indexes. The workflow itself (its enqueue, its tasks read whole, the cancel and the
-retry) is the backend's (`backends/workflows.py`); this half reads what a page or a command
-line shows beside it. Every read here is one round trip, a pipeline where it reads many keys;
-the callers bound how many (a page of records, a page of a graph's tasks).
+partition's `workflows` index, newest last. A list merges the covered partitions' indexes. The
+workflow itself (its enqueue, its tasks read whole, the cancel and the retry) is the backend's
+(`backends/workflows.py`); this half reads what a page or a command line shows beside it. Every read
+here is one round trip, a pipeline where it reads many keys; the callers bound how many (a page of
+records, a page of a graph's tasks).
 """
 
 from __future__ import annotations
