@@ -23,6 +23,7 @@ from threadmill.backends.broker.recounter import Recounter
 from threadmill.backends.broker.sweeper import Sweeper
 from threadmill.backends.partitions import partition_of
 from threadmill.base import Segment
+from threadmill.testing import drain
 from threadmill.workflows import Workflow
 
 pytestmark = pytest.mark.slow
@@ -214,3 +215,14 @@ def test_exit_empty_waits_for_a_release_in_any_partition(backend):
     for run in runs:
         backend.cancel_workflow(run.id)
     assert not backend.awaits_release(["default", "emails"])
+
+
+def test_drain_in_the_test_process_runs_every_partitions_workflows(backend):
+    runs = [_diamond(f"d{i}") for i in range(3)]
+
+    while drain().results:  # as docs/how-to/workflows.md drains: a call may end before the last release
+        pass
+
+    for run in runs:
+        run.refresh()
+        assert run.status == TaskResultStatus.SUCCESSFUL and run.tasks["join"].return_value == 6
