@@ -75,6 +75,8 @@ def test_workflows_take_the_partitions_in_turn_and_every_key_carries_the_workflo
     # Partition 0 is the alias's own keys, as every workflow's before partitions held them.
     assert backend.keys_for(0).workflows() == "threadmill:{default}:workflows"
     assert backend.queue_stats()["emails"][Segment.WAITING] == 3
+    [emails] = [summary for summary in api.overview() if summary.queue_name == "emails"]  # the console's counts
+    assert emails.counts[Segment.WAITING] == 3
 
 
 def test_a_pool_with_exit_empty_runs_every_partitions_workflows_to_their_outcomes(backend, env):
