@@ -110,7 +110,7 @@ class RunningWorkflow:
     def parents(self) -> Mapping[str, TaskResult]:
         """Each parent's task result by node name, final; read in one round trip on first use (`ParentResults`).
 
-        A parent whose result expired (`result_ttl`) is left out.
+        A parent whose result expired (`result_ttl`) or that was quarantined (unreadable) is left out.
         """
         if self._parents is None:
             self._parents = self._backend.workflow_results(self._stored.parents)

@@ -312,7 +312,8 @@ class WorkflowBackend:
             for _, task_id, _ in nodes[start : start + READ_BATCH]:
                 pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
             for (name, task_id, _), fields in zip(nodes[start : start + READ_BATCH], pipe.execute(), strict=True):
-                tasks[name] = self.stored_result(task_id, fields, None)
+                if fields[2] != b"unreadable":  # quarantined: no result to build; the record counts it FAILED
+                    tasks[name] = self.stored_result(task_id, fields, None)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         for key in ("WAITING", "SUCCESSFUL", "FAILED"):
             counts[key] = int(record.get(key.lower().encode(), 0))
@@ -345,13 +346,17 @@ class WorkflowBackend:
 
     @translate_errors
     def workflow_results(self, nodes: dict[str, str]) -> ParentResults:
-        """Return the stored result of each (node name -> task id) of `nodes`, read in one round trip; gone ones left out."""
+        """Return the stored result of each (node name -> task id) of `nodes`, read in one round trip.
+
+        Gone and unreadable (quarantined) ones are left out.
+        """
         pipe = self.client.pipeline(transaction=False)
         for task_id in nodes.values():
             pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
         replies = pipe.execute() if nodes else []
         found = {name: (task_id, fields) for (name, task_id), fields in zip(nodes.items(), replies, strict=True)}
-        return ParentResults({name: read for name, read in found.items() if read[1][0]}, self._parent_result)
+        kept = {name: read for name, read in found.items() if read[1][0] and read[1][2] != b"unreadable"}
+        return ParentResults(kept, self._parent_result)
 
     def _parent_result(self, read: tuple[str, list]) -> TaskResult:
         return self.stored_result(read[0], read[1], None)
