@@ -217,3 +217,44 @@ def test_the_sweeper_settles_a_parent_an_older_release_quarantined(backend):
     assert Sweeper(backend).sweep("default", 0) == 1
     assert _error_path(backend, child.id) == UPSTREAM_FAILED
     _settled_once(backend, run, failed=2)
+
+
+def test_deleting_a_waiting_task_settles_it_as_a_cancel_would(backend):
+    run, (root, middle, leaf) = _chain("cancel", "cancel")
+    assert backend.delete([middle.id]) == 1
+    failure = backend.get_result(leaf.id).errors[-1]
+    assert failure.exception_class_path == UPSTREAM_FAILED
+    assert f"Parent task 'echo_2' ({middle.id}) failed" in failure.traceback
+    assert backend.client.zcard(f"{PREFIX}:default:waiting") == 0
+    assert _counts(backend, run) == {"WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 2}
+    leased = backend.acquire("default", worker="w")[0]
+    assert leased.id == root.id
+    assert finish(backend, leased) is True
+    _settled_once(backend, run, failed=2, successful=1)
+
+
+def test_deleting_a_ready_parent_releases_a_child_whose_policy_is_run(backend):
+    run, (parent, child) = _chain("run")
+    assert backend.delete([parent.id]) == 1
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert _counts(backend, run) == {"WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1}
+
+
+def test_deleting_a_running_parent_fails_its_child_and_its_acknowledgement_is_refused(backend):
+    run, (parent, child) = _chain("cancel")
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.delete([parent.id]) == 1
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    assert finish(backend, leased) is False
+    record = backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "successful", "failed", "waiting")
+    assert record == [b"0", b"2", b"0"]
+    assert backend.client.ttl(f"{PREFIX}:workflow:{run.id}") > 0
+
+
+def test_deleting_a_successful_parent_changes_nothing_in_its_workflow(backend):
+    run, (parent, child) = _chain("cancel")
+    assert finish(backend, backend.acquire("default", worker="w")[0]) is True
+    assert backend.delete([parent.id]) == 1
+    assert backend.get_result(child.id).segment is Segment.READY
+    record = backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "successful", "failed", "waiting")
+    assert record == [b"1", b"0", b"0"]

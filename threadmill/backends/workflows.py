@@ -312,7 +312,8 @@ class WorkflowBackend:
             for _, task_id, _ in nodes[start : start + READ_BATCH]:
                 pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
             for (name, task_id, _), fields in zip(nodes[start : start + READ_BATCH], pipe.execute(), strict=True):
-                if fields[2] != b"unreadable":  # quarantined: no result to build; the record counts it FAILED
+                # Deleted or quarantined: no result to build (the record counted it FAILED).
+                if fields[0] is not None and fields[2] != b"unreadable":
                     tasks[name] = self.stored_result(task_id, fields, None)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         for key in ("WAITING", "SUCCESSFUL", "FAILED"):
