@@ -26,7 +26,7 @@ from django.tasks import TaskResult, task_backends
 
 from .exceptions import WorkflowError
 from .progress import running
-from .workflows import MAX_TASKS, POLICIES
+from .workflows import MAX_EDGES, MAX_TASKS, POLICIES
 
 #: Most default names `add` tries when tasks adding at once take the one it chose.
 NAME_TRIES = 100
@@ -76,6 +76,8 @@ class StoredWorkflow:
     ids: dict[str, str]
     #: This node's parents, declared at enqueue and added at run time: node name -> task id.
     parents: dict[str, str]
+    #: The dependencies of the graph as read (its `before` edges added at run time not among them).
+    edges: int = 0
 
 
 class RunningWorkflow:
@@ -139,7 +141,8 @@ class RunningWorkflow:
         stores nothing, so a retried task that names its additions adds each once. One script
         call, all or nothing. Raises WorkflowError, storing nothing, for a `before`
         node that does not exist, has started or is not a child of this task, a taken name, an
-        unknown policy, a workflow at `MAX_TASKS`, or a task this workflow cannot hold.
+        unknown policy, a workflow at `MAX_TASKS` or one the new edges would take past `MAX_EDGES`,
+        or a task this workflow cannot hold.
         """
         if on_parent_failure not in POLICIES:
             raise WorkflowError(f"on_parent_failure must be one of {POLICIES}, not {on_parent_failure!r}.")
@@ -203,6 +206,7 @@ def refusal(code: int, before: str, name: str) -> str:
         -5: f"before= names {before!r}, which is not a task of this workflow.",
         -6: f"before= names {before!r}, which has started or is final: only a waiting task can wait for more.",
         -7: f"before= names {before!r}, which is not a child of this task: it may not wait for this task's additions.",
+        -8: f"A workflow holds at most {MAX_EDGES} dependencies; node {name!r} and its before= edges would pass it.",
     }
     return messages.get(code, f"add_to_workflow refused the task (code {code}).") + " Nothing was stored."
 

@@ -11,7 +11,7 @@ from tests import tasks
 from threadmill.base import Segment
 from threadmill.exceptions import WorkflowError
 from threadmill.running_workflow import RunningWorkflow
-from threadmill.workflows import MAX_TASKS, Workflow
+from threadmill.workflows import MAX_EDGES, MAX_TASKS, Workflow
 
 PREFIX = "threadmill:{default}"
 
@@ -44,8 +44,10 @@ def _workflow(backend, leased) -> RunningWorkflow:
     return RunningWorkflow(backend, leased, backend.running_workflow(leased.id))
 
 
-def _stored(backend) -> dict[bytes, bytes]:
-    return {key: backend.client.dump(key) for key in backend.client.keys(f"{PREFIX}*")}
+def _stored(backend) -> dict[bytes, object]:
+    # A hash as a dict: a DUMP of one being rehashed lists its fields in another order.
+    client = backend.client
+    return {k: client.hgetall(k) if client.type(k) == b"hash" else client.dump(k) for k in client.keys(f"{PREFIX}*")}
 
 
 def test_a_plain_task_has_no_running_workflow(backend):
@@ -229,3 +231,30 @@ def test_a_bad_name_raises_and_stores_nothing(backend, graph):
         with pytest.raises(WorkflowError, match="A node name must be a non-empty text"):
             _workflow(backend, caller).add(tasks.echo, name=bad)
     assert _stored(backend) == stored
+
+
+def test_the_record_counts_the_dependencies_and_an_add_grows_the_count(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    record = f"{PREFIX}:workflow:{run.id}"
+    assert backend.client.hget(record, "edges") == b"5"
+    _workflow(backend, caller).add(tasks.echo, before=["join"])  # its caller's edge and one before= edge
+    assert backend.client.hget(record, "edges") == b"7"
+
+
+def test_an_add_past_max_edges_raises_and_stores_nothing(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    workflow = _workflow(backend, caller)
+    backend.client.hset(f"{PREFIX}:workflow:{run.id}", "edges", MAX_EDGES - 1)
+    stored = _stored(backend)
+    with pytest.raises(WorkflowError, match=f"at most {MAX_EDGES} dependencies; node 'echo' and its before= edges"):
+        workflow.add(tasks.echo, before=["join"])  # two edges: one too many
+    assert _stored(backend) == stored
+    workflow.add(tasks.echo)  # one edge: the last one it holds
+    assert backend.client.hget(f"{PREFIX}:workflow:{run.id}", "edges") == str(MAX_EDGES).encode()
+
+
+def test_an_add_to_a_record_stored_without_its_edge_count_counts_the_graph_it_read(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    backend.client.hdel(f"{PREFIX}:workflow:{run.id}", "edges")  # as an older release's enqueue stored it
+    _workflow(backend, caller).add(tasks.echo, before=["join"])
+    assert backend.client.hget(f"{PREFIX}:workflow:{run.id}", "edges") == b"7"

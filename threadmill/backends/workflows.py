@@ -25,7 +25,7 @@ from django.utils.json import normalize_json
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
 from ..exceptions import DurableEnqueueError, WorkflowError
 from ..running_workflow import ParentResults, StoredWorkflow
-from ..workflows import COUNT_KEYS, MAX_TASKS, WorkflowResult, status_of
+from ..workflows import COUNT_KEYS, MAX_EDGES, MAX_TASKS, WorkflowResult, status_of
 from . import codec
 from .cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
 from .enqueue_retry import retrying
@@ -103,11 +103,18 @@ class WorkflowScripts(ScriptHost):
 
     @translate_errors
     def add_to_workflow(
-        self, workflow_id: str, caller: tuple[str, str], entry: tuple, graph_entry: str, before: Sequence[str]
+        self,
+        workflow_id: str,
+        caller: tuple[str, str],
+        entry: tuple,
+        graph_entry: str,
+        before: Sequence[str],
+        graph_edges: int = 0,
     ) -> tuple[int, int]:
         """Add an (id, payload, queue, ready score, node, policy) task to a workflow after running task `caller`.
 
-        `caller` is (id, lease token): the caller must hold that lease.
+        `caller` is (id, lease token): the caller must hold that lease. `graph_edges` counts the
+        dependencies of the graph the caller read, for a record stored without its `edges` count.
 
         Each id of `before` waits for it too. Returns add_to_workflow.lua's (code, index): (1, 0) stored.
         """
@@ -121,7 +128,7 @@ class WorkflowScripts(ScriptHost):
             keys += [k.task(before_id), k.workflow_pending(before_id)]
         taken = "[" + json.dumps(node) + ', "'
         args = [workflow_id, caller_id, task_id, payload, queue, ready_score, node, policy, taken, graph_entry]
-        args += [MAX_TASKS, lease_token]
+        args += [MAX_TASKS, lease_token, MAX_EDGES, graph_edges]
         code, index = self._run(_add_to_workflow, keys, [*args, *before])
         return int(code), int(index)
 
@@ -343,7 +350,8 @@ class WorkflowBackend:
         if added:
             by_id = {task_id: node_name for node_name, task_id in ids.items()}
             parents.update((by_id[added_id], added_id) for added_id in added.decode().split(","))
-        return StoredWorkflow(wid, codec.text(name), me, ids, parents)
+        edges = sum(len(entry[2]) for entry in entries)
+        return StoredWorkflow(wid, codec.text(name), me, ids, parents, edges)
 
     @translate_errors
     def workflow_results(self, nodes: dict[str, str]) -> ParentResults:
@@ -390,7 +398,8 @@ class WorkflowBackend:
         payload = codec.encode_new(task, node.id, normalize_json(list(args)), normalize_json(kwargs), now)
         entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy)
         graph_entry = json.dumps([node.name, node.id, [stored.node]])
-        return self.scripts.add_to_workflow(stored.id, caller, entry, graph_entry, [task_id for _, task_id in before])
+        before_ids = [task_id for _, task_id in before]
+        return self.scripts.add_to_workflow(stored.id, caller, entry, graph_entry, before_ids, stored.edges)
 
     def cancel_workflow(self, workflow_id: str, *, by: str = "") -> int:
         """Cancel every task of a workflow that has not run (TaskCancelled) and ask each running one to abort.
