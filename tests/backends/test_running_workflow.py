@@ -8,6 +8,7 @@ import pytest
 from django.tasks import TaskResultStatus, task_backends
 
 from tests import tasks
+from threadmill.api import workflows as api_workflows
 from threadmill.base import Segment
 from threadmill.exceptions import WorkflowError
 from threadmill.running_workflow import RunningWorkflow
@@ -258,3 +259,21 @@ def test_an_add_to_a_record_stored_without_its_edge_count_counts_the_graph_it_re
     backend.client.hdel(f"{PREFIX}:workflow:{run.id}", "edges")  # as an older release's enqueue stored it
     _workflow(backend, caller).add(tasks.echo, before=["join"])
     assert backend.client.hget(f"{PREFIX}:workflow:{run.id}", "edges") == b"7"
+
+
+def test_get_workflow_and_the_console_show_the_edges_an_add_gave_a_before_node(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    added = _workflow(backend, caller).add(tasks.spell, ("x",), before=["join"])
+    result = backend.get_workflow(run.id)
+    assert result.parents["join"] == ("caller", "bystander", "spell")
+    assert result.parents["spell"] == ("caller",)
+    assert backend.workflow_with_parents(run.id)[1]["join"] == ["caller", "bystander", "spell"]
+    # The console draws the join a layer below the task it now waits for (caller 1, spell 2, join 3).
+    page = api_workflows.workflow("default", run.id)
+    depth = {task.name: depth for depth, layer in page.layers for task in layer}
+    assert (depth["caller"], depth["spell"], depth["join"]) == (1, 2, 3)
+    join = next(task for _, layer in page.layers for task in layer if task.name == "join")
+    assert join.parents == ("caller", "bystander", "spell")
+    relatives = api_workflows.task_workflow("default", added.id)
+    assert [child.name for child in relatives.children] == ["join"]
+    assert "spell" in [parent.name for parent in api_workflows.task_workflow("default", join.id).parents]

@@ -25,7 +25,7 @@ from django.utils.json import normalize_json
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
 from ..exceptions import DurableEnqueueError, WorkflowError
 from ..running_workflow import ParentResults, StoredWorkflow
-from ..workflows import COUNT_KEYS, MAX_EDGES, MAX_TASKS, WorkflowResult, status_of
+from ..workflows import COUNT_KEYS, MAX_EDGES, MAX_TASKS, WorkflowResult, full_graph, status_of
 from . import codec
 from .cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
 from .enqueue_retry import retrying
@@ -103,32 +103,25 @@ class WorkflowScripts(ScriptHost):
 
     @translate_errors
     def add_to_workflow(
-        self,
-        workflow_id: str,
-        caller: tuple[str, str],
-        entry: tuple,
-        graph_entry: str,
-        before: Sequence[str],
-        graph_edges: int = 0,
+        self, wid: str, caller: tuple[str, str], entry: tuple, graph_entry: str, before: Sequence[str], edges: int
     ) -> tuple[int, int]:
         """Add an (id, payload, queue, ready score, node, policy) task to a workflow after running task `caller`.
 
-        `caller` is (id, lease token): the caller must hold that lease. `graph_edges` counts the
-        dependencies of the graph the caller read, for a record stored without its `edges` count.
+        `caller` is (id, lease token), holding that lease; `edges`, the read graph's dependency count (old records).
 
         Each id of `before` waits for it too. Returns add_to_workflow.lua's (code, index): (1, 0) stored.
         """
         k = self.keys
         task_id, payload, queue, ready_score, node, policy = entry
-        keys = [k.workflow(workflow_id), k.queues(), k.totals(queue), k.task(task_id)]
+        keys = [k.workflow(wid), k.queues(), k.totals(queue), k.task(task_id)]
         keys += [k.segment(queue, Segment.WAITING), k.workflow_pending(task_id), k.workflow_children(task_id)]
         caller_id, lease_token = caller
         keys += [k.task(caller_id), k.workflow_children(caller_id)]
         for before_id in before:
             keys += [k.task(before_id), k.workflow_pending(before_id)]
         taken = "[" + json.dumps(node) + ', "'
-        args = [workflow_id, caller_id, task_id, payload, queue, ready_score, node, policy, taken, graph_entry]
-        args += [MAX_TASKS, lease_token, MAX_EDGES, graph_edges]
+        args = [wid, caller_id, task_id, payload, queue, ready_score, node, policy, taken, graph_entry]
+        args += [MAX_TASKS, lease_token, MAX_EDGES, edges]
         code, index = self._run(_add_to_workflow, keys, [*args, *before])
         return int(code), int(index)
 
@@ -308,7 +301,7 @@ class WorkflowBackend:
 
     @translate_errors
     def get_workflow(self, workflow_id: str) -> WorkflowResult:
-        """Return a workflow's state: its record's counts and every task read, in one round trip per `READ_BATCH` tasks."""
+        """Return a workflow's state: its record's counts, its edges and every task read, a round trip per `READ_BATCH` tasks."""
         record = self.client.hgetall(self.keys.workflow(workflow_id))
         if not record:
             raise TaskResultDoesNotExist(f"No workflow with id {workflow_id!r} is stored.")
@@ -319,8 +312,7 @@ class WorkflowBackend:
             for _, task_id, _ in nodes[start : start + READ_BATCH]:
                 pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
             for (name, task_id, _), fields in zip(nodes[start : start + READ_BATCH], pipe.execute(), strict=True):
-                # Deleted or quarantined: no result to build (the record counted it FAILED).
-                if fields[0] is not None and fields[2] != b"unreadable":
+                if fields[0] is not None and fields[2] != b"unreadable":  # else deleted or quarantined: FAILED
                     tasks[name] = self.stored_result(task_id, fields, None)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         for key in ("WAITING", "SUCCESSFUL", "FAILED"):
@@ -328,7 +320,8 @@ class WorkflowBackend:
         counts["RUNNING"] = sum(1 for t in tasks.values() if t.status == TaskResultStatus.RUNNING)
         counts["READY"] = len(nodes) - sum(counts.values())
         name = record.get(b"name", b"").decode()
-        return WorkflowResult(workflow_id, name, self.alias, status_of(counts), counts, tasks)
+        parents = {node: of for node, _, of in full_graph(nodes, record)}
+        return WorkflowResult(workflow_id, name, self.alias, status_of(counts), counts, tasks, parents)
 
     @translate_errors
     def running_workflow(self, task_id: str) -> StoredWorkflow | None:
@@ -350,22 +343,19 @@ class WorkflowBackend:
         if added:
             by_id = {task_id: node_name for node_name, task_id in ids.items()}
             parents.update((by_id[added_id], added_id) for added_id in added.decode().split(","))
-        edges = sum(len(entry[2]) for entry in entries)
-        return StoredWorkflow(wid, codec.text(name), me, ids, parents, edges)
+        return StoredWorkflow(wid, codec.text(name), me, ids, parents, sum(len(entry[2]) for entry in entries))
 
     @translate_errors
     def workflow_results(self, nodes: dict[str, str]) -> ParentResults:
-        """Return the stored result of each (node name -> task id) of `nodes`, read in one round trip.
-
-        Gone and unreadable (quarantined) ones are left out.
-        """
+        """Return the stored result of each (node name -> task id) of `nodes`, in one round trip; gone, unreadable left out."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in nodes.values():
             pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
         replies = pipe.execute() if nodes else []
         found = {name: (task_id, fields) for (name, task_id), fields in zip(nodes.items(), replies, strict=True)}
-        kept = {name: read for name, read in found.items() if read[1][0] and read[1][2] != b"unreadable"}
-        return ParentResults(kept, self._parent_result)
+        return ParentResults(
+            {n: r for n, r in found.items() if r[1][0] and r[1][2] != b"unreadable"}, self._parent_result
+        )
 
     def _parent_result(self, read: tuple[str, list]) -> TaskResult:
         return self.stored_result(read[0], read[1], None)
@@ -398,8 +388,7 @@ class WorkflowBackend:
         payload = codec.encode_new(task, node.id, normalize_json(list(args)), normalize_json(kwargs), now)
         entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy)
         graph_entry = json.dumps([node.name, node.id, [stored.node]])
-        before_ids = [task_id for _, task_id in before]
-        return self.scripts.add_to_workflow(stored.id, caller, entry, graph_entry, before_ids, stored.edges)
+        return self.scripts.add_to_workflow(stored.id, caller, entry, graph_entry, [i for _, i in before], stored.edges)
 
     def cancel_workflow(self, workflow_id: str, *, by: str = "") -> int:
         """Cancel every task of a workflow that has not run (TaskCancelled) and ask each running one to abort.
@@ -466,11 +455,11 @@ class WorkflowBackend:
 
     @translate_errors
     def _graph(self, workflow_id: str) -> list:
-        """Return a workflow's graph, [[node, task id, [parent nodes]], ...]; raise TaskResultDoesNotExist if unknown."""
-        graph = self.client.hget(self.keys.workflow(workflow_id), "graph")
-        if graph is None:
+        """Return a workflow's (node, task id, parent nodes), runtime edges included; raise TaskResultDoesNotExist if unknown."""
+        record = self.client.hgetall(self.keys.workflow(workflow_id))
+        if b"graph" not in record:
             raise TaskResultDoesNotExist(f"No workflow with id {workflow_id!r} is stored.")
-        return json.loads(graph)
+        return full_graph(json.loads(record[b"graph"]), record)
 
     @translate_errors
     def _fields(self, task_ids: Sequence[str], fields: Sequence[str]) -> list[list]:
