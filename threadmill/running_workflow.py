@@ -30,6 +30,9 @@ from .workflows import MAX_EDGES, MAX_TASKS, POLICIES
 
 #: Most default names `add` tries when tasks adding at once take the one it chose.
 NAME_TRIES = 100
+#: The start of a record's field listing (comma-separated, in order) the ids of the tasks a task added
+#: without a name; the adding task's id follows. A retried task's n-th unnamed add returns the n-th.
+UNNAMED_ADDED = "unnamed_added:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,8 @@ class StoredWorkflow:
     parents: dict[str, str]
     #: The dependencies of the graph as read (its `before` edges added at run time not among them).
     edges: int = 0
+    #: The ids of the tasks earlier attempts of this task added without a name, in the order added.
+    unnamed: list[str] = field(default_factory=list)
 
 
 class RunningWorkflow:
@@ -92,6 +97,8 @@ class RunningWorkflow:
         self._parents: Mapping[str, TaskResult] | None = None
         #: The nodes this run added: a name among them is taken, one an earlier attempt added is returned.
         self._added: set[str] = set()
+        #: The unnamed adds of this run so far: the next one is an earlier attempt's at this place, if any.
+        self._unnamed = 0
 
     def __repr__(self) -> str:
         return f"<RunningWorkflow {self.id} {self.name!r}, node {self.node!r}>"
@@ -138,7 +145,8 @@ class RunningWorkflow:
 
         `before` holds node names, or nodes `add` or `Workflow.add` returned (one name alone
         is one node). A `name` an earlier attempt of this task added returns that node and
-        stores nothing, so a retried task that names its additions adds each once. One script
+        stores nothing, and so does the n-th unnamed add of a run when an earlier attempt made an
+        n-th (whatever its task), so a retried task adds each of its additions once. One script
         call, all or nothing. Raises WorkflowError, storing nothing, for a `before`
         node that does not exist, has started or is not a child of this task, a taken name, an
         unknown policy, a workflow at `MAX_TASKS` or one the new edges would take past `MAX_EDGES`,
@@ -150,17 +158,21 @@ class RunningWorkflow:
             raise WorkflowError(f"A node name must be a non-empty text, not {name!r}.")
         if name is not None and (earlier := self._added_earlier(name)) is not None:
             return earlier
+        if name is None and (earlier := self._unnamed_earlier()) is not None:
+            return earlier
         targets = list(dict.fromkeys(self._before(node) for node in ([before] if isinstance(before, str) else before)))
         names = [name] if name is not None else self._default_names(task)
         for node_name in names:
             node = AddedNode(node_name, self._backend.new_task_id())
             caller = (self._task_id, self._lease_token)
             code, at = self._backend.add_to_workflow(
-                self._stored, caller, node, task, args, kwargs or {}, targets, on_parent_failure
+                self._stored, caller, node, task, args, kwargs or {}, targets, on_parent_failure, name is None
             )
             if code == 1:
                 self._stored.ids[node.name] = node.id
                 self._added.add(node.name)
+                if name is None:
+                    self._unnamed += 1
                 return node
             # A default name another task took since this one read the graph: try the next number.
             if code != -3 or name is not None:
@@ -178,6 +190,18 @@ class RunningWorkflow:
         task_id = self._stored.ids.get(name)
         if task_id is None or name in self._added or self._backend.added_by(task_id) != self._task_id:
             return None
+        self._added.add(name)
+        return AddedNode(name, task_id)
+
+    def _unnamed_earlier(self) -> AddedNode | None:
+        """Return the node an earlier attempt's unnamed add at this run's next place stored, else None."""
+        if self._unnamed >= len(self._stored.unnamed):
+            return None
+        task_id = self._stored.unnamed[self._unnamed]
+        name = next((node for node, known in self._stored.ids.items() if known == task_id), None)
+        if name is None:
+            return None
+        self._unnamed += 1
         self._added.add(name)
         return AddedNode(name, task_id)
 

@@ -204,3 +204,27 @@ def status_of(counts: dict[str, int]) -> TaskResultStatus:
     if counts["RUNNING"] or counts["SUCCESSFUL"] or counts["FAILED"]:
         return TaskResultStatus.RUNNING
     return TaskResultStatus.READY
+
+
+def parents_first(entries: Sequence[tuple[str, str, tuple[str, ...]]]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Return (node, task id, parent nodes) entries ordered so that every node comes after its parents.
+
+    The enqueued graph is in that order already and keeps it; a task added at run time comes after
+    the nodes that wait for it (`full_graph`), so each pass places what it can, one pass more per
+    level of runtime edges.
+    """
+    placed: set[str] = set()
+    ordered: list[tuple[str, str, tuple[str, ...]]] = []
+    left = list(entries)
+    while left:
+        later = []
+        for entry in left:
+            if placed.issuperset(entry[2]):
+                placed.add(entry[0])
+                ordered.append(entry)
+            else:
+                later.append(entry)
+        if len(later) == len(left):
+            return ordered + later  # a cycle, which no script writes
+        left = later
+    return ordered

@@ -277,3 +277,29 @@ def test_get_workflow_and_the_console_show_the_edges_an_add_gave_a_before_node(b
     relatives = api_workflows.task_workflow("default", added.id)
     assert [child.name for child in relatives.children] == ["join"]
     assert "spell" in [parent.name for parent in api_workflows.task_workflow("default", join.id).parents]
+
+
+def test_a_retried_caller_gets_the_earlier_attempts_unnamed_additions_in_order_and_stores_nothing(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    workflow = _workflow(backend, caller)
+    first = [workflow.add(tasks.echo, before=["join"]), workflow.add(tasks.spell, ("x",))]
+    assert [node.name for node in first] == ["echo", "spell"]
+    record = f"{PREFIX}:workflow:{run.id}"
+    assert backend.client.hget(record, f"unnamed_added:{caller.id}") == f"{first[0].id},{first[1].id}".encode()
+    assert backend.requeue(caller) is True
+    [retried] = [r for r in backend.acquire("default", worker="w", count=2) if r.id == caller.id]
+    again = _workflow(backend, retried)
+    stored = _stored(backend)
+    assert [again.add(tasks.echo, before=["join"]), again.add(tasks.spell, ("x",))] == first
+    assert _stored(backend) == stored
+    third = again.add(tasks.echo)  # past the earlier attempt's: a new task
+    assert third.name == "echo_2"
+    assert backend.client.hget(record, f"unnamed_added:{caller.id}").decode().split(",")[-1] == third.id
+
+
+def test_cancel_workflow_cancels_a_before_node_ahead_of_the_task_added_for_it(backend, graph):
+    run, nodes, caller, _bystander = graph
+    added = _workflow(backend, caller).add(tasks.spell, ("x",), before=["join"])
+    assert backend.cancel_workflow(run.id) >= 2
+    for task_id in (nodes["join"].id, added.id):  # children first: neither fails because of the other
+        assert backend.get_result(task_id).errors[-1].exception_class_path == "threadmill.exceptions.TaskCancelled"

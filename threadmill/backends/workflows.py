@@ -24,8 +24,8 @@ from django.utils.json import normalize_json
 
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
 from ..exceptions import DurableEnqueueError, WorkflowError
-from ..running_workflow import ParentResults, StoredWorkflow
-from ..workflows import COUNT_KEYS, MAX_EDGES, MAX_TASKS, WorkflowResult, full_graph, status_of
+from ..running_workflow import UNNAMED_ADDED, ParentResults, StoredWorkflow
+from ..workflows import COUNT_KEYS, MAX_EDGES, MAX_TASKS, WorkflowResult, full_graph, parents_first, status_of
 from . import codec
 from .cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
 from .enqueue_retry import retrying
@@ -105,14 +105,14 @@ class WorkflowScripts(ScriptHost):
     def add_to_workflow(
         self, wid: str, caller: tuple[str, str], entry: tuple, graph_entry: str, before: Sequence[str], edges: int
     ) -> tuple[int, int]:
-        """Add an (id, payload, queue, ready score, node, policy) task to a workflow after running task `caller`.
+        """Add an (id, payload, queue, ready score, node, policy, tally) task after running task `caller`; (code, index).
 
         `caller` is (id, lease token), holding that lease; `edges`, the read graph's dependency count (old records).
 
-        Each id of `before` waits for it too. Returns add_to_workflow.lua's (code, index): (1, 0) stored.
+        Each id of `before` waits for it too; tally: the record field listing unnamed adds, "" if named.
         """
         k = self.keys
-        task_id, payload, queue, ready_score, node, policy = entry
+        task_id, payload, queue, ready_score, node, policy, tally = entry
         keys = [k.workflow(wid), k.queues(), k.totals(queue), k.task(task_id)]
         keys += [k.segment(queue, Segment.WAITING), k.workflow_pending(task_id), k.workflow_children(task_id)]
         caller_id, lease_token = caller
@@ -121,7 +121,7 @@ class WorkflowScripts(ScriptHost):
             keys += [k.task(before_id), k.workflow_pending(before_id)]
         taken = "[" + json.dumps(node) + ', "'
         args = [wid, caller_id, task_id, payload, queue, ready_score, node, policy, taken, graph_entry]
-        args += [MAX_TASKS, lease_token, MAX_EDGES, edges]
+        args += [MAX_TASKS, lease_token, MAX_EDGES, edges, tally]
         code, index = self._run(_add_to_workflow, keys, [*args, *before])
         return int(code), int(index)
 
@@ -333,7 +333,8 @@ class WorkflowBackend:
         if workflow_id is None:
             return None
         wid = workflow_id.decode()
-        name, graph, added = self.client.hmget(self.keys.workflow(wid), ["name", "graph", f"added_parents:{task_id}"])
+        fields = ["name", "graph", f"added_parents:{task_id}", f"{UNNAMED_ADDED}{task_id}"]
+        name, graph, added, unnamed = self.client.hmget(self.keys.workflow(wid), fields)
         if graph is None:
             raise WorkflowError(f"Workflow {wid} of task {task_id} is no longer stored.")
         entries = json.loads(graph)
@@ -343,7 +344,8 @@ class WorkflowBackend:
         if added:
             by_id = {task_id: node_name for node_name, task_id in ids.items()}
             parents.update((by_id[added_id], added_id) for added_id in added.decode().split(","))
-        return StoredWorkflow(wid, codec.text(name), me, ids, parents, sum(len(entry[2]) for entry in entries))
+        edges, earlier = sum(len(entry[2]) for entry in entries), codec.text(unnamed).split(",") if unnamed else []
+        return StoredWorkflow(wid, codec.text(name), me, ids, parents, edges, earlier)
 
     @translate_errors
     def workflow_results(self, nodes: dict[str, str]) -> ParentResults:
@@ -375,6 +377,7 @@ class WorkflowBackend:
         kwargs: dict[str, Any],
         before: Sequence[tuple[str, str]],
         policy: str,
+        unnamed: bool = False,
     ) -> tuple[int, int]:
         """Store `node`, a call of `task` after running task `caller` (id, lease token), before each (name, id) of `before`.
 
@@ -386,7 +389,8 @@ class WorkflowBackend:
         self._check_task(task, node.name, True)
         now = time.time()
         payload = codec.encode_new(task, node.id, normalize_json(list(args)), normalize_json(kwargs), now)
-        entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy)
+        tally = f"{UNNAMED_ADDED}{caller[0]}" if unnamed else ""
+        entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy, tally)
         graph_entry = json.dumps([node.name, node.id, [stored.node]])
         return self.scripts.add_to_workflow(stored.id, caller, entry, graph_entry, [i for _, i in before], stored.edges)
 
@@ -397,7 +401,7 @@ class WorkflowBackend:
         crash finishes the job. Returns how many tasks were cancelled or asked to abort (a running
         task asked before counts again). Raises TaskResultDoesNotExist for an unknown id.
         """
-        task_ids = [task_id for _, task_id, _ in reversed(self._graph(workflow_id))]
+        task_ids = [task_id for _, task_id, _ in reversed(parents_first(self._graph(workflow_id)))]
         now = time.time()
         by = by or default_canceller()
         request, minute = json.dumps({"by": by, "at": now}), int(now // 60)
@@ -436,7 +440,7 @@ class WorkflowBackend:
         finishes the job. Returns how many tasks were made ready or waiting again. Raises
         TaskResultDoesNotExist for an unknown id.
         """
-        nodes = self._graph(workflow_id)
+        nodes = parents_first(self._graph(workflow_id))
         id_of = {name: task_id for name, task_id, _ in nodes}
         task_ids = [task_id for _, task_id, _ in nodes]
         now, entries = time.time(), []
