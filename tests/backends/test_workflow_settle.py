@@ -258,3 +258,15 @@ def test_deleting_a_successful_parent_changes_nothing_in_its_workflow(backend):
     assert backend.get_result(child.id).segment is Segment.READY
     record = backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "successful", "failed", "waiting")
     assert record == [b"1", b"0", b"0"]
+
+
+def test_deleting_a_task_of_a_finished_workflow_leaves_its_record_as_it_was(backend):
+    run, (parent, child) = _chain("cancel")
+    for _ in range(2):
+        assert finish(backend, backend.acquire("default", worker="w")[0]) is True
+    record = f"{PREFIX}:workflow:{run.id}"
+    finished = backend.client.hmget(record, "finished_at", "successful", "failed")
+    backend.client.expire(record, 1000)  # shorter than the result TTL a settle would set again
+    assert backend.delete([parent.id, child.id]) == 2
+    assert backend.client.hmget(record, "finished_at", "successful", "failed") == finished
+    assert backend.client.ttl(record) <= 1000
