@@ -270,3 +270,10 @@ def test_deleting_a_task_of_a_finished_workflow_leaves_its_record_as_it_was(back
     assert backend.delete([parent.id, child.id]) == 2
     assert backend.client.hmget(record, "finished_at", "successful", "failed") == finished
     assert backend.client.ttl(record) <= 1000
+
+
+def test_deleting_a_ready_parent_from_its_segment_page_fails_its_child(backend):
+    run, (parent, child) = _chain("cancel")
+    assert backend.delete_many("default", segment=Segment.READY, task_ids=[parent.id]) == [parent.id]
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    assert backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "failed", "waiting") == [b"2", b"0"]
