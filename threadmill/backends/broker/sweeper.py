@@ -7,7 +7,7 @@ such children start within `SWEEP_INTERVAL_S` or two. A queue without waiting ta
 script call running one ZRANGE a sweep: an idle pool pays 0.4 commands a second per queue for it.
 Each sweep also continues the releases a call cut short at its budget that no acknowledgement
 continued (the acknowledging worker stopped between the two calls): one script call running one
-LLEN when the settling list is empty, 0.4 commands a second.
+LLEN when the settling list is empty, 0.4 commands a second (per partition: a workflow lives in one).
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ class Sweeper(Duty):
     def run_once(self, pass_: BrokerPass) -> int:
         """Sweep every queue in every partition, then continue the releases cut short; return how many were settled."""
         swept = pass_.serve_each(self.sweep)
-        # Workflows live in partition 0 in this release, so its settling list is the only one.
-        return swept + (pass_.attempt(0, self.backend.finish_settling) or 0)
+        # A workflow lives in one partition, whose settling list holds its releases cut short.
+        settling = (pass_.attempt(p, self.backend.finish_settling, (p,)) or 0 for p in pass_.partitions)
+        return swept + sum(settling)
 
     def sweep(self, queue_name: str, partition: int) -> int:
         """Sweep one queue's waiting segment in one partition, a batch a call; return how many parents were settled."""

@@ -238,7 +238,7 @@ class ActionTooling(ToolingHost):
     def _delete(self, partition: int, queue_name: str, segment: Segment, task_ids: list[str]) -> list[str]:
         deleted, cut_short = self.scripts_for(partition).delete(queue_name, segment, task_ids, self.config.result_ttl)
         if cut_short:
-            self.finish_settling()  # a deleted workflow task's children, past one call's budget
+            self.finish_settling([partition])  # a deleted workflow task's children, past one call's budget
         return deleted
 
     @translate_errors

@@ -19,6 +19,7 @@ from .. import codec
 from ..errors import translate_errors
 from ..keys import TASK_FIELDS
 from ..merge import ROW_WIDTH, Cursor, KeysetPage, merge_rows
+from ..partitions import partition_of
 from .host import ToolingHost
 
 logger = logging.getLogger("threadmill.backend")
@@ -225,7 +226,7 @@ class QueueTooling(ToolingHost):
         text = f"{type(error).__name__}: {error}"
         reply = self.task_scripts(task_id).quarantine(task_id, queue_name, segment, text, token, self.config.result_ttl)
         if reply == 2:
-            self.finish_settling()  # a workflow task's children, past one call's budget
+            self.finish_settling([partition_of(task_id)])  # a workflow task's children, past one call's budget
         if reply in (1, 2):
             logger.error(
                 "Task %s on queue %s is unreadable (%s path) and was quarantined: %s", task_id, queue_name, path, text
