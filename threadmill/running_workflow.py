@@ -99,6 +99,8 @@ class RunningWorkflow:
         self._added: set[str] = set()
         #: The unnamed adds of this run so far: the next one is an earlier attempt's at this place, if any.
         self._unnamed = 0
+        #: The node names of the earlier attempts' unnamed adds by task id, read on this run's first one.
+        self._earlier_names: dict[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"<RunningWorkflow {self.id} {self.name!r}, node {self.node!r}>"
@@ -197,8 +199,11 @@ class RunningWorkflow:
         """Return the node an earlier attempt's unnamed add at this run's next place stored, else None."""
         if self._unnamed >= len(self._stored.unnamed):
             return None
+        if self._earlier_names is None:  # once a run: a retried fan-out of n finds each of its n in O(1)
+            earlier = set(self._stored.unnamed)
+            self._earlier_names = {i: node for node, i in self._stored.ids.items() if i in earlier}
         task_id = self._stored.unnamed[self._unnamed]
-        name = next((node for node, known in self._stored.ids.items() if known == task_id), None)
+        name = self._earlier_names.get(task_id)
         if name is None:
             return None
         self._unnamed += 1
