@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import redis
 from django.tasks.exceptions import InvalidTask
 from django.tasks.signals import task_enqueued
 from redis.crc import key_slot

@@ -90,7 +90,12 @@ class FaultServer:
         binary = shutil.which("redis-server") if kind == "redis" else None
         self.kind = kind
         self.valkey = EmbeddedValkey(
-            data_dir, free_port(), appendfsync=appendfsync, persist=True, binary=binary, extra_args=(*pool_user, *at_once)
+            data_dir,
+            free_port(),
+            appendfsync=appendfsync,
+            persist=True,
+            binary=binary,
+            extra_args=(*pool_user, *at_once),
         )
 
     @property

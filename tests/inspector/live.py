@@ -101,7 +101,9 @@ def _migrated_database(env: dict[str, str]) -> Path:
     settings_module = env["DJANGO_SETTINGS_MODULE"]
     if settings_module not in _migrated:
         made = Path(tempfile.mkdtemp(prefix="threadmill-live-db-")) / "db.sqlite3"
-        subprocess.run([sys.executable, "-c", _SETUP], env={**env, "THREADMILL_TEST_DB": str(made)}, cwd=ROOT, check=True)
+        subprocess.run(
+            [sys.executable, "-c", _SETUP], env={**env, "THREADMILL_TEST_DB": str(made)}, cwd=ROOT, check=True
+        )
         _migrated[settings_module] = made
     return _migrated[settings_module]
 
