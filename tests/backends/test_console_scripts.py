@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.backends.conftest import enqueue
+from tests.backends.conftest import enqueue, same_server
 from tests.servers import wait_until_settled
 from tests.tasks import add, echo, explode
 from threadmill.api.controls import LeaseCheck
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.base import Segment, UnreadableTask
 from threadmill.outcome import error_of, mark_failed
 
@@ -161,6 +162,10 @@ def test_requeue_many_moves_a_running_task_whose_lease_is_overdue(backend, raw):
 
 
 def test_requeue_many_moves_a_running_task_whose_worker_stopped_beating(backend, raw):
+    # Liveness timeouts of seconds: a server this session started lately (redis, the cluster) is
+    # settled 4 s after its start, not after the defaults' worker_timeout + socket_timeout (20 s).
+    options = {**backend.options, "worker_timeout": 3, "socket_timeout": 1}
+    backend = RedisTaskBackend("default", same_server(backend, OPTIONS=options))
     [dead] = running(backend, 1, "dead:1")
     [alive] = running(backend, 1, "alive:1")
     beat(backend, "dead:1", age_s=backend.config.worker_timeout + 1)

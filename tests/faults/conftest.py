@@ -84,10 +84,18 @@ class FaultServer:
     def __init__(self, data_dir: Path, appendfsync: str, kind: str = "valkey") -> None:
         # The pools' user is declared on the command line, so it outlives every restart of the server.
         pool_user = ("--user", POOL_USER, "on", f">{POOL_PASSWORD}", *ACL_RULES.split())
+        # A replica a test attaches syncs at once, not after the 5 s a primary waits by default for
+        # more replicas to share the transfer (each primary-and-replica test spent them in its setup).
+        at_once = ("--repl-diskless-sync-delay", "0")
         binary = shutil.which("redis-server") if kind == "redis" else None
         self.kind = kind
         self.valkey = EmbeddedValkey(
-            data_dir, free_port(), appendfsync=appendfsync, persist=True, binary=binary, extra_args=pool_user
+            data_dir,
+            free_port(),
+            appendfsync=appendfsync,
+            persist=True,
+            binary=binary,
+            extra_args=(*pool_user, *at_once),
         )
 
     @property
