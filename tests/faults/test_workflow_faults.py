@@ -30,9 +30,10 @@ from threadmill.workflows import POLICIES, Workflow, WorkflowNode, WorkflowResul
 
 pytestmark = pytest.mark.slow
 
-#: The fan-in's parents, and the milliseconds each sleeps: about 3 s of work for two processes of two threads.
+#: The fan-in's parents, and the milliseconds each sleeps: about 1.5 s of work for two processes of two threads, so the
+#: fault still lands mid-drain (about 100 parents in, 400 to go); 20 ms cost the ten runs 15 to 20 s more.
 PARENTS = 500
-SLEEP_MS = 20
+SLEEP_MS = 10
 THREADS = 2
 WORKER_TIMEOUT_S = float(FAULT_TIMEOUTS["THREADMILL_TEST_WORKER_TIMEOUT"])
 #: How long the frozen process stays stopped: past the worker timeout, so the broker recovers its leases.
