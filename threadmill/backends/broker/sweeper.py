@@ -3,7 +3,7 @@
 The script that records a parent's final outcome releases its children (acknowledge.lua, which the
 worker, the reaper and recovery call, and cancel.lua); an older release's worker or cancel records
 final outcomes without doing so, and a call's budget may leave children unvisited. This duty settles those parents through the same Lua (`sweep_waiting.lua`), so
-such children start within `SWEEP_INTERVAL_S` or two. A queue without waiting tasks costs one
+such children start within a `sweep_interval` or two. A queue without waiting tasks costs one
 script call running one ZRANGE a sweep: an idle pool pays 0.4 commands a second per queue for it.
 Each sweep also continues the releases a call cut short at its budget that no acknowledgement
 continued (the acknowledging worker stopped between the two calls): one script call running one
@@ -18,8 +18,6 @@ from .passes import BrokerPass, Duty
 SWEEP_BATCH_SIZE = 500
 #: Most sweep calls one queue gets a sweep (each visits at most the script's budget of children).
 MAX_SWEEP_CALLS = 100
-#: Least time between two sweeps, seconds ("within seconds", issue 32; each costs an idle queue a ZCARD).
-SWEEP_INTERVAL_S = 5.0
 
 
 class Sweeper(Duty):
@@ -28,8 +26,8 @@ class Sweeper(Duty):
     name = "sweeper"
 
     def interval(self) -> float:
-        """Return `SWEEP_INTERVAL_S`, or the broker's own interval when that is longer."""
-        return max(SWEEP_INTERVAL_S, self.backend.config.broker_interval)
+        """Return the `sweep_interval` option, or the broker's own interval when that is longer."""
+        return max(self.backend.config.sweep_interval, self.backend.config.broker_interval)
 
     def run_once(self, pass_: BrokerPass) -> int:
         """Sweep every queue in every partition, then continue the releases cut short; return how many were settled."""
