@@ -39,6 +39,8 @@ WORKER_WAKE_TTL_S = 60
 RELEASE_SCAN_LIMIT = 100_000
 #: What acknowledge.lua answers for a task stored whose release of children ran out of the call's budget.
 CUT_SHORT = 2
+#: What acknowledge.lua answers for a workflow task stored whose release of children it finished.
+SETTLED = 3
 
 
 #: The letter acknowledge.lua counts a run by, by what ended it (`outcome.ended_by`).
@@ -54,6 +56,13 @@ def _abort_request(stored: bytes) -> dict[str, Any]:
         return {"by": str(request["by"]), "at": float(request["at"])}
     except (ValueError, TypeError, KeyError):
         return {"by": "someone", "at": time.time()}
+
+
+class Acknowledged(list):
+    """Whether each acknowledged result was stored (bools, in order), and whether a workflow task was among them."""
+
+    #: A stored task was a workflow task: its acknowledgement may have released a child.
+    workflow: bool = False
 
 
 class WorkerVerbs(ToolingHost):
@@ -154,7 +163,7 @@ class WorkerVerbs(ToolingHost):
 
     def acknowledge_many(
         self, outcomes: Sequence[tuple[ThreadmillTaskResult, Any]], *, settle_in_background: bool = False
-    ) -> list[bool]:
+    ) -> Acknowledged:
         """Acknowledge several finished results in one script call, each fenced by its lease token.
 
         A workflow task's release of children that ran out of the call's budget is continued at once
@@ -194,7 +203,9 @@ class WorkerVerbs(ToolingHost):
                     result.id,
                     result.lease_token,
                 )
-        return [bool(ok) for ok in accepted]
+        acknowledged = Acknowledged(bool(ok) for ok in accepted)
+        acknowledged.workflow = CUT_SHORT in accepted or SETTLED in accepted
+        return acknowledged
 
     def _finish_settling_or_log(self) -> None:
         try:
