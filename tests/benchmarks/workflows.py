@@ -319,6 +319,16 @@ def print_tables(figures: dict[str, Any]) -> None:
     report.print_table(
         f"fan-out/fan-in, {MAX_TASKS:,} tasks ({figures['server']}, median of {figures['repeats']}, "
         f"load {figures['load_average_at_each_repeat']})",
-        ["row", "steps", "enqueue s", "makespan s", "runs", "vs plain (paired)", "join delay ms", "runs", "from ack ms"],
+        [
+            "row",
+            "steps",
+            "enqueue s",
+            "makespan s",
+            "runs",
+            "vs plain (paired)",
+            "join delay ms",
+            "runs",
+            "from ack ms",
+        ],
         rows,
     )

@@ -5,12 +5,9 @@ The buffer's size is fixed, or by default sized by time (`prefetch.Prefetch`: ab
 `--prefetch-window` of work by the moving average of run time the consumers feed it). It
 acknowledges finished tasks in one acknowledge_many call, apart from fetching: once a batch is
 waiting (a buffer's worth when sized by time, else at least `ACK_BATCH`), `ACK_DELAY_S` after
-the first of them finished, or at once when the consumers have nothing left to run. Workflow
-tasks go sooner once their queues run dry: while its last acknowledgement stored a workflow task
-and its last fetch leased fewer tasks than it asked for, each outcome is acknowledged as soon as
-the fetcher is free, since one of them may be the last parent a waiting task waits for (a
-fan-in's join starts a round trip after its last parent's acknowledgement, not after a batch of
-the parents before it). A plain task's acknowledgement is never one of these. In the
+the first of them finished, or at once when the consumers have nothing left to run, or while
+workflow tasks run and their queues run dry (`acknowledges_at_once`: one may be the last parent a
+task waits for, so a fan-in's join starts a round trip after it, not after a batch). In the
 same turns it writes what running tasks reported (`threadmill.set_progress`, `set_metadata`;
 before the acknowledgements, fenced by the same leases) and looks for abort requests
 (`aborts.py`).
@@ -222,7 +219,8 @@ class Fetcher(ProcessHost):
 
     @property
     def acknowledges_at_once(self) -> bool:
-        """Whether each outcome is acknowledged as soon as the fetcher is free: workflow tasks, queues running dry."""
+        """Whether each outcome goes as soon as the fetcher is free: the last acknowledgement stored a workflow task,
+        the last fetch leased fewer tasks than it asked for. A plain task's acknowledgement never turns it on."""
         return self._releasing and self._last_fetch_short
 
     def _fetch_size(self, now: float) -> int:
@@ -375,10 +373,7 @@ class Fetcher(ProcessHost):
             logger.warning("%s; keeping %s and trying again in %.2f s.", error, self._held_summary(), pause)
 
     def _held_summary(self) -> str:
-        return (
-            f"{len(self.buffer)} buffered, {len(self.running)} running and "
-            f"{len(self.outcomes)} finished tasks in memory"
-        )
+        return f"{len(self.buffer)} buffered, {len(self.running)} running and {len(self.outcomes)} finished tasks in memory"
 
     def _lease(self, count: int) -> None:
         token_base = os.urandom(6).hex()
