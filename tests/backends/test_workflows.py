@@ -330,3 +330,23 @@ def test_the_brokers_first_pass_leaves_the_sweep_to_one_interval_later(backend, 
     broker._due_at["sweeper"] -= SWEEP_INTERVAL_S  # one interval later
     broker.run_once(due_only=True)
     assert backend.get_result(child.id).segment is Segment.READY
+
+
+def _calls(backend, *names: str) -> list[int]:
+    stats = backend.client.info("commandstats")
+    return [stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names]
+
+
+def test_a_release_moves_its_children_to_ready_in_one_zrem_and_one_zadd(backend):
+    wf = Workflow()
+    root = wf.add(tasks.echo, ("root",))
+    children = [wf.add(tasks.echo, (i,), after=[root]) for i in range(3)]
+    run = wf.enqueue()
+    leased = backend.acquire("default", worker="w")[0]
+    before = _calls(backend, "zadd", "zrem", "hincrby")
+    assert backend.acknowledge(_succeeded(leased)) is True
+    after = _calls(backend, "zadd", "zrem", "hincrby")
+    # The root's own: ZADD to successful, ZREM from running, HINCRBY of its count and its queue's totals.
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1 + 1, 1 + 1, 2 + 1]
+    assert {backend.get_result(child.id).segment for child in children} == {Segment.READY}
+    assert backend.get_workflow(run.id).counts["WAITING"] == 0

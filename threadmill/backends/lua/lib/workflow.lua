@@ -64,7 +64,9 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
   count_outcome(task_key, record, failed)
   -- `open`: a child visited is left not final (still waiting, or made ready), so the workflow is not finished
   -- and its counts need no read: a fan-in's parents skip it, about a sixth of their release's commands.
-  local settling, head, woken, open = {{id, failed, node}}, 1, {}, false
+  -- `released`: per queue, the children made ready, moved out of waiting in one ZREM and one ZADD at the end
+  -- (the acknowledgement's own batching; a call releases at most the budget, 2,000 arguments).
+  local settling, head, released, open = {{id, failed, node}}, 1, {}, false
   while settling[head] and budget > 0 do
     local parent, parent_failed, parent_node = settling[head][1], settling[head][2], settling[head][3]
     head = head + 1
@@ -81,10 +83,11 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
         open = true
         if redis.call('SREM', pending, parent) == 1 and redis.call('EXISTS', pending) == 0 then
           redis.call('HSET', child_key, 'segment', 'ready')
-          redis.call('ZREM', prefix .. ':' .. queue .. ':waiting', child)
-          redis.call('ZADD', prefix .. ':' .. queue .. ':ready', f[3], child)
-          redis.call('HINCRBY', record, 'waiting', -1)
-          woken[queue] = true
+          local batch = released[queue] or {ids = {}, scored = {}}
+          released[queue] = batch
+          table.insert(batch.ids, child)
+          table.insert(batch.scored, f[3])
+          table.insert(batch.scored, child)
         end
       elseif f[1] and f[1] ~= 'successful' and f[1] ~= 'failed' then
         open = true
@@ -100,7 +103,10 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
       redis.call('EXPIRE', prefix .. ':children:' .. settling[i][1], ttl)
     end
   end
-  for queue in pairs(woken) do
+  for queue, batch in pairs(released) do
+    redis.call('ZREM', prefix .. ':' .. queue .. ':waiting', unpack(batch.ids))
+    redis.call('ZADD', prefix .. ':' .. queue .. ':ready', unpack(batch.scored))
+    redis.call('HINCRBY', record, 'waiting', -#batch.ids)
     local wake = prefix .. ':' .. queue .. ':wake'
     if redis.call('LLEN', wake) == 0 then
       redis.call('LPUSH', wake, '1')
