@@ -280,17 +280,6 @@ def test_the_recounter_on_a_server_without_workflows_sends_one_script_running_on
     assert calls == {"cmdstat_config|resetstat": 1, "cmdstat_evalsha": 1, "cmdstat_zrange": 1}
 
 
-def test_an_acknowledgement_says_whether_it_stored_a_workflow_task(backend):
-    # The worker acknowledges sooner after one that did (worker/fetcher.py); a plain task's never does.
-    tasks.echo.enqueue("plain")
-    _run, parent, _child = _chain(backend)
-    plain, leased = backend.acquire("default", count=2, worker="w")
-    assert leased.id == parent.id
-    acknowledged = backend.acknowledge_many([(_succeeded(plain), None)])
-    assert acknowledged == [True] and acknowledged.workflow is False
-    assert backend.acknowledge_many([(_succeeded(leased), None)]).workflow is True
-
-
 def _commands(backend) -> int:
     return sum(stat["calls"] for name, stat in backend.client.info("commandstats").items() if name != "cmdstat_info")
 

@@ -126,7 +126,7 @@ class Consumers(ProcessHost):
         if not self.outcomes:
             self._outcomes_since = time.monotonic()
         self.outcomes.append(outcome)
-        if len(self.outcomes) >= self.ack_batch or self.phase is Phase.STOPPING or self.acknowledges_at_once:
+        if len(self.outcomes) >= self.ack_batch or self.phase is Phase.STOPPING:
             self._has_work.notify()
 
     def _run(self, executor: Executor, result: ThreadmillTaskResult, limit_s: float | None) -> Outcome:

@@ -5,9 +5,7 @@ The buffer's size is fixed, or by default sized by time (`prefetch.Prefetch`: ab
 `--prefetch-window` of work by the moving average of run time the consumers feed it). It
 acknowledges finished tasks in one acknowledge_many call, apart from fetching: once a batch is
 waiting (a buffer's worth when sized by time, else at least `ACK_BATCH`), `ACK_DELAY_S` after
-the first of them finished, or at once when the consumers have nothing left to run, or while
-workflow tasks run and their queues run dry (`acknowledges_at_once`: one may be the last parent a
-task waits for, so a fan-in's join starts a round trip after it, not after a batch). In the
+the first of them finished, or at once when the consumers have nothing left to run. In the
 same turns it writes what running tasks reported (`threadmill.set_progress`, `set_metadata`;
 before the acknowledgements, fenced by the same leases) and looks for abort requests
 (`aborts.py`).
@@ -211,17 +209,10 @@ class Fetcher(ProcessHost):
         idle = not self.running and not self.buffer
         return (
             (idle and (not fetching or self._last_fetch_empty))
-            or self.acknowledges_at_once
             or self.phase is not Phase.FETCHING
             or len(self.outcomes) >= self.ack_batch
             or now - self._outcomes_since >= ACK_DELAY_S
         )
-
-    @property
-    def acknowledges_at_once(self) -> bool:
-        """Whether each outcome goes as soon as the fetcher is free: the last acknowledgement stored a workflow task,
-        the last fetch leased fewer tasks than it asked for. A plain task's acknowledgement never turns it on."""
-        return self._releasing and self._last_fetch_short
 
     def _fetch_size(self, now: float) -> int:
         """How many tasks to lease now: 0 unless fetching, due, and half the buffer is free."""
@@ -373,7 +364,10 @@ class Fetcher(ProcessHost):
             logger.warning("%s; keeping %s and trying again in %.2f s.", error, self._held_summary(), pause)
 
     def _held_summary(self) -> str:
-        return f"{len(self.buffer)} buffered, {len(self.running)} running and {len(self.outcomes)} finished tasks in memory"
+        return (
+            f"{len(self.buffer)} buffered, {len(self.running)} running and "
+            f"{len(self.outcomes)} finished tasks in memory"
+        )
 
     def _lease(self, count: int) -> None:
         token_base = os.urandom(6).hex()
@@ -397,7 +391,6 @@ class Fetcher(ProcessHost):
         )
         with self._lock:
             self._last_fetch_empty = not results
-            self._last_fetch_short = len(results) < count
             self.prefetch.acquired(answered_at - sent_at)
             if self.budget is not None and len(results) < count:
                 self.budget += count - len(results)
@@ -454,8 +447,6 @@ class Fetcher(ProcessHost):
         if finished:
             pairs_ = [(o.result, o.return_value) for o in finished]
             accepted = self.backend.acknowledge_many(pairs_, settle_in_background=True)
-            with self._lock:
-                self._releasing = accepted.workflow
             for outcome, ok in zip(finished, accepted, strict=True):
                 if ok:
                     stats.add(outcome, False)

@@ -66,8 +66,6 @@ class ProcessHost:
     _outcomes_since: float
     _next_fetch_at: float
     _last_fetch_empty: bool
-    _last_fetch_short: bool
-    _releasing: bool
     _poll_pause: float
     _offline_until: float
     _offline_since: float | None
@@ -90,9 +88,6 @@ class ProcessHost:
 
         # From Fetcher.
         def _resize(self) -> None: ...
-
-        @property
-        def acknowledges_at_once(self) -> bool: ...
 
         # From AbortPolling.
         def _abort_candidates(self) -> list[ThreadmillTaskResult]: ...

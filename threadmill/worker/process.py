@@ -146,10 +146,6 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         self._next_fetch_at = 0.0
         #: Whether the last acquire leased nothing: an idle process then acknowledges before fetching again.
         self._last_fetch_empty = False
-        #: Whether the last acquire leased fewer tasks than it asked for: its queues are running dry.
-        self._last_fetch_short = False
-        #: Whether the last acknowledgement stored a workflow task, so the next may release a child (`fetcher.py`).
-        self._releasing = False
         self._poll_pause = backend.config.poll_interval
         self._offline_until = 0.0
         self._offline_since: float | None = None

@@ -38,9 +38,7 @@
 -- runs no command more) releases or fails its children here, once its fence accepted it (lib/workflow).
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it, 2 where stored
 --          and its release ran out of the call's budget: the rest waits on the settling list for
---          continue_settling.lua, which the caller runs next (the sweep finds it otherwise), 3 where a
---          workflow task was stored and its release done (a worker then acknowledges its next
---          outcomes sooner: one of them may be the last parent a child waits for)
+--          continue_settling.lua, which the caller runs next (the sweep finds it otherwise)
 -- include: unique
 -- include: workflow
 local ttl = tonumber(ARGV[1])
@@ -93,7 +91,9 @@ for i = 1, n do
     local stored = 1
     if workflow then
       workflow_budget = settle_workflow(task, id, workflow, node, ARGV[a + 4] == 'failed', now, ttl, workflow_budget)
-      stored = workflow_budget <= 0 and 2 or 3
+      if workflow_budget <= 0 then
+        stored = 2
+      end
     end
     local running, finished = KEYS[k + 2], KEYS[k + 3]
     leaving[running] = leaving[running] or {}
