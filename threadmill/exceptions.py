@@ -40,7 +40,7 @@ class DurableEnqueueError(ThreadmillError):
 class ReplicaWaitError(DurableEnqueueError):
     """Raised when `wait_replicas` is set and fewer replicas than that confirmed an enqueue within the wait.
 
-    The task is stored on the primary; the message names its id, how many replicas
+    The tasks are stored on the primary; the message names their ids (three, then a count), how many replicas
     confirmed it and the fix.
     """
 

@@ -150,7 +150,7 @@ class RunningWorkflow:
         targets = list(dict.fromkeys(self._before(node) for node in ([before] if isinstance(before, str) else before)))
         names = [name] if name is not None else self._default_names(task)
         for node_name in names:
-            node = AddedNode(node_name, self._backend.new_task_id())
+            node = AddedNode(node_name, self._backend.new_task_id(self._stored.id))
             caller = (self._task_id, self._lease_token)
             code, at = self._backend.add_to_workflow(
                 self._stored, caller, node, task, args, kwargs or {}, targets, on_parent_failure

@@ -83,7 +83,8 @@ class Workflow:
         node = WorkflowNode(
             self,
             self._name_for(task, name),
-            self._backend().new_task_id(),
+            # Every node's id names the partition of the first's, where the whole workflow is stored.
+            self._backend().new_task_id(self.nodes[0].id if self.nodes else None),
             task,
             tuple(args),
             dict(kwargs or {}),

@@ -57,6 +57,21 @@ def test_wait_replicas_without_replicas_names_the_stored_task_and_the_fix(redis_
     )
 
 
+def test_wait_replicas_without_replicas_names_three_ids_of_a_batch_and_counts_the_rest(redis_url):
+    backend = RedisTaskBackend(
+        "default", {"REDIS_URL": redis_url, "OPTIONS": {"wait_replicas": 1, "socket_timeout": 0.4}}
+    )
+    with pytest.raises(ReplicaWaitError) as caught:
+        backend.enqueue_many(echo, [([i], {}) for i in range(1500)])
+    stored = [t.decode() for t in redis.Redis.from_url(redis_url).zrange(READY, 0, -1)]
+    # The wait follows each script call, so the error names the first call's batch of 1,000.
+    assert len(stored) == 1000
+    assert str(caught.value).startswith("Task(s) ")
+    named, rest = str(caught.value).removeprefix("Task(s) ").split(" and ", 1)
+    assert set(named.split(", ")) <= set(stored) and len(named.split(", ")) == 3
+    assert rest.startswith("997 more are stored, but 0 of the 1 replica(s)")
+
+
 def test_wait_replicas_zero_does_not_wait(redis_url):
     backend = RedisTaskBackend("default", {"REDIS_URL": redis_url, "OPTIONS": {"wait_replicas": 0}})
     assert backend.get_result(backend.enqueue(echo, [1], {}).id).args == [1]
@@ -100,7 +115,7 @@ def test_a_workflow_enqueue_with_wait_replicas_without_replicas_names_its_tasks_
     wf = _fan_in()
     with pytest.raises(ReplicaWaitError) as caught:
         wf.enqueue()
-    ids = ", ".join(node.id for node in wf.nodes)
+    ids = ", ".join(node.id for node in wf.nodes[:3]) + f" and {len(wf.nodes) - 3} more"
     assert str(caught.value) == (
         f"Task(s) {ids} are stored, but 0 of the 1 replica(s) wait_replicas asks for confirmed them "
         "within 0.2 s: they may be lost if the primary fails now. Give the primary that many replicas "

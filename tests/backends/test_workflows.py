@@ -267,7 +267,7 @@ def test_the_recounter_resumes_inside_a_graph_its_budget_cut_and_leaves_counted_
 
     assert [duty.recount() for _ in range(3)] == [1, 2, 1]
 
-    assert duty.cursor == (0, 0)
+    assert duty.cursors[0] == (0, 0)
     assert backend.get_workflow(run.id).counts["SUCCESSFUL"] == 5
     assert backend.client.hexists(f"{PREFIX}:workflow:{run.id}", "finished_at")
 

@@ -368,3 +368,25 @@ def test_deleting_or_purging_the_waiting_segment_is_a_400_naming_the_cancel_and_
     assert AuditEntry.objects.count() == 0
     with pytest.raises(ValueError, match="Cancel them instead"):
         backend.purge("default", segment="waiting")
+
+
+def test_on_three_partitions_the_list_merges_them_and_a_workflows_page_and_cancel_find_it(operator_client, settings):
+    from tests.inspector.conftest import csrf_post
+    from tests.servers import partition
+    from threadmill.backends.partitions import partition_of
+
+    backend = partition(settings)
+    ids = [chain(2, name=f"w{i}").id for i in range(55)]
+    assert {partition_of(workflow_id) for workflow_id in ids} == {0, 1, 2}
+    first = operator_client.get("/threadmill/workflows/").content.decode()
+    second = operator_client.get("/threadmill/workflows/?page=2").content.decode()
+    assert "55 workflows · page 1 of 2" in first
+    assert [first.index(f'data-workflow="{i}"') for i in reversed(ids[5:])] == sorted(
+        first.index(f'data-workflow="{i}"') for i in ids[5:]
+    )  # newest first across the partitions
+    assert all(i in second for i in ids[:5]) and not any(i in first for i in ids[:5])
+    target = next(i for i in ids if partition_of(i) == 2)
+    page = operator_client.get(f"/threadmill/workflows/{target}/").content.decode()
+    assert all(task.id in page for task in backend.get_workflow(target).tasks.values())
+    assert csrf_post(operator_client, f"/threadmill/workflows/{target}/cancel/", {}).status_code == 302
+    assert backend.get_workflow(target).counts["FAILED"] == 2

@@ -153,7 +153,9 @@ def test_a_buffer_leased_for_fast_tasks_hands_slow_ones_back_so_a_new_task_waits
         key for key, started in spells.items() if key.startswith("slow") and enqueued_at < started < spells["urgent"]
     ]
     # Leased 20 at a time for 1 ms tasks, the buffer held slow ones; handed back once the first
-    # ran long, at most the one then buffered starts before the task enqueued meanwhile.
-    assert len(ahead) <= 1, (ahead, backend.counts, backend.released)
+    # ran long, the one then buffered starts before the task enqueued meanwhile, and on a loaded
+    # machine a refill leased just before that enqueue reached the server (seen once in a full
+    # run: released [3, 1]). Without the hand-back all 11 other slow ones would be ahead.
+    assert len(ahead) <= 2, (ahead, backend.counts, backend.released)
     assert backend.released, "no buffered task was handed back"  # every task ran: no release at the stop
     assert process.done == 73

@@ -1,7 +1,8 @@
 """Workflows for the console and the command line: the list newest first, one workflow's graph by layers,
 its state node by node, a task's relatives, and the cancel and retry of a whole one.
 
-Everything is read from the workflow records (`threadmill.backends.workflows`): a list row reads
+Everything is read from the workflow records (`threadmill.backends.workflows`), each in the partition
+its workflow's id names, a list merging the partitions' indexes newest first: a list row reads
 its record's counts, never its graph; a workflow's page parses the graph and reads the states
 of at most `GRAPH_PAGE` of its tasks, so a 10,000-task workflow costs what a 200-task one does.
 The record counts WAITING, SUCCESSFUL and FAILED; the rest are READY or RUNNING (acquire does
@@ -102,7 +103,8 @@ class WorkflowList:
 def workflows(alias: str, *, state: str = "", first: int = 0, count: int = 50) -> WorkflowList:
     """Return `count` workflows from rank `first`, newest first, those in `state` only when it is given.
 
-    Unfiltered: two round trips. Filtered: two per `SCAN_BATCH` records, at most `WORKFLOW_SCAN_LIMIT` read.
+    Unfiltered: two round trips. Filtered: one for the newest `WORKFLOW_SCAN_LIMIT` ids, then one per
+    `SCAN_BATCH` records. With several partitions the partitions' indexes are merged by enqueue time.
     Raises ValueError naming the states for an unknown one.
     """
     if state and state not in WORKFLOW_STATES:
@@ -111,14 +113,12 @@ def workflows(alias: str, *, state: str = "", first: int = 0, count: int = 50) -
     if not state:
         total, found = backend.workflow_ids(first, count)
         return WorkflowList(_summaries(backend, [workflow_id for workflow_id, _ in found]), total, True)
+    total, found = backend.workflow_ids(0, WORKFLOW_SCAN_LIMIT)
+    ids = [workflow_id for workflow_id, _ in found]
     matching: list[WorkflowSummary] = []
-    total = SCAN_BATCH
-    scanned = 0
-    while scanned < min(total, WORKFLOW_SCAN_LIMIT):
-        total, found = backend.workflow_ids(scanned, SCAN_BATCH)
-        scanned += SCAN_BATCH
-        matching += [s for s in _summaries(backend, [workflow_id for workflow_id, _ in found]) if s.is_in(state)]
-    return WorkflowList(matching[first : first + count], len(matching), scanned >= total)
+    for start in range(0, len(ids), SCAN_BATCH):
+        matching += [s for s in _summaries(backend, ids[start : start + SCAN_BATCH]) if s.is_in(state)]
+    return WorkflowList(matching[first : first + count], len(matching), total <= WORKFLOW_SCAN_LIMIT)
 
 
 def _summaries(backend, workflow_ids: list[str]) -> list[WorkflowSummary]:

@@ -337,13 +337,18 @@ class Enqueuer:
             results.append(result)
         return results
 
-    def send_workflow(self, workflow_id: str, name: str, graph: str, entries: list[tuple]) -> int:
+    def send_workflow(
+        self, workflow_id: str, name: str, graph: str, entries: list[tuple], partition: int | None = None
+    ) -> int:
         """Send one enqueue_workflow call as a plain enqueue's: retried by `enqueue_retry`, then the waits.
 
-        A retry is safe: the script writes nothing when the workflow's record exists, and answers 0.
+        The call goes to the workflow's `partition` (None: one partition, the alias's own keys). A
+        retry is safe: the script writes nothing when the workflow's record exists, and answers 0.
         Returns the script's reply (`WorkflowScripts.enqueue_workflow`).
         """
-        config, scripts = self.backend.config, self.backend.scripts
+        if partition is not None:
+            self.backend.check_layout()  # stamps the partitioned layout, as before a partitioned task
+        config, scripts = self.backend.config, self.backend.scripts_for(partition or 0)
         durable_within_s = config.socket_timeout / 2 if config.fsync_enqueue else None
 
         def send() -> int:

@@ -12,9 +12,14 @@ _HEX = frozenset("0123456789abcdef")
 
 def partition_of(task_id: str) -> int:
     """Return the partition of a task id: the last byte of a UUIDv8, else 0."""
-    if len(task_id) == 36 and task_id[14] == "8" and task_id[-2] in _HEX and task_id[-1] in _HEX:
+    if names_partition(task_id):
         return int(task_id[-2:], 16)
     return 0
+
+
+def names_partition(task_id: str) -> bool:
+    """Whether a task id names its partition (a UUIDv8 of `partitions` > 1), not a UUIDv7 or a caller's id."""
+    return len(task_id) == 36 and task_id[14] == "8" and task_id[-2] in _HEX and task_id[-1] in _HEX
 
 
 def by_partition(items, task_id_of) -> dict[int, list]:

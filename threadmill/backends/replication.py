@@ -16,6 +16,15 @@ from ..exceptions import ReplicaWaitError
 from .errors import translate_errors
 from .scripts import RedisScripts
 
+NAMED_IDS = 3
+
+
+def named_ids(task_ids: Sequence[str]) -> str:
+    """The first `NAMED_IDS` ids, then how many more: a 10,000-task workflow's error stays one line."""
+    named = ", ".join(task_ids[:NAMED_IDS])
+    rest = len(task_ids) - NAMED_IDS
+    return f"{named} and {rest:,} more" if rest > 0 else named
+
 
 @translate_errors
 def wait_for_replicas(scripts: RedisScripts, key: str, replicas: int, within_s: float, task_ids: Sequence[str]) -> None:
@@ -30,7 +39,7 @@ def wait_for_replicas(scripts: RedisScripts, key: str, replicas: int, within_s: 
         raise
     if confirmed < replicas:
         raise ReplicaWaitError(
-            f"Task(s) {', '.join(task_ids)} are stored, but {confirmed} of the {replicas} replica(s) "
+            f"Task(s) {named_ids(task_ids)} are stored, but {confirmed} of the {replicas} replica(s) "
             f"wait_replicas asks for confirmed them within {within_s:g} s: they may be lost if the primary "
             "fails now. Give the primary that many replicas (INFO replication lists them) or lower wait_replicas."
         )

@@ -27,7 +27,7 @@ from ..outcome import ended_by
 from . import codec
 from .channel import TelemetrySubscription, publish
 from .errors import translate_errors
-from .partitions import by_partition
+from .partitions import by_partition, partition_of
 from .scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT
 from .tooling.host import ToolingHost
 
@@ -172,6 +172,7 @@ class WorkerVerbs(ToolingHost):
                 (result.id, result.task.queue_name, result.lease_token, document, segment, end, record, unique)
             )
         minute = int(time.time() // 60)
+        cut_short: tuple[int, ...] = (0,)
         if len(self.covered_partitions()) == 1:
             accepted = self.scripts.acknowledge(entries, self.config.result_ttl, minute)
         else:
@@ -180,12 +181,15 @@ class WorkerVerbs(ToolingHost):
                 replies = self.scripts_for(partition).acknowledge(group, self.config.result_ttl, minute)
                 by_id.update(zip((entry[0] for entry in group), replies, strict=True))
             accepted = [by_id[entry[0]] for entry in entries]
+            cut_short = tuple({partition_of(e[0]) for e, ok in zip(entries, accepted, strict=True) if ok == CUT_SHORT})
         if CUT_SHORT in accepted:
             # A release of children ran out of the call's budget: continue it now, not at the next sweep.
             if settle_in_background:
-                threading.Thread(target=self._finish_settling_or_log, name="threadmill-settle", daemon=True).start()
+                threading.Thread(
+                    target=self._finish_settling_or_log, args=(cut_short,), name="threadmill-settle", daemon=True
+                ).start()
             else:
-                self.finish_settling()
+                self.finish_settling(cut_short)
         for (result, _), ok in zip(outcomes, accepted, strict=True):
             if not ok:
                 logger.warning(
@@ -196,9 +200,9 @@ class WorkerVerbs(ToolingHost):
                 )
         return [bool(ok) for ok in accepted]
 
-    def _finish_settling_or_log(self) -> None:
+    def _finish_settling_or_log(self, partitions: tuple[int, ...]) -> None:
         try:
-            self.finish_settling()
+            self.finish_settling(partitions)
         except Exception as e:  # noqa: BLE001 - a thread's last word; the sweeper continues the release
             logger.warning("Continuing a workflow's release of children failed (%s); the sweeper finishes it.", e)
 

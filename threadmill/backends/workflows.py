@@ -1,12 +1,12 @@
 """The backend half of workflows (`threadmill.workflows`): their scripts' wrappers, the enqueue, the read, the
 cancel and the retry.
 
-A workflow lives in partition 0's keys (one hash tag, so one slot of a cluster): its record,
-its tasks' hashes, their pending and children sets and the queues' waiting segments. The
-release is in acknowledge.lua (`lua/lib/workflow.lua`); docs/explanation/workflows.md has the design.
-A cancel or a retry of a whole workflow is a series of bounded script calls (`STEPS_PER_CALL`),
-each of which leaves the workflow consistent, so a crash between two of them is repaired by
-calling again.
+A workflow lives in the keys of the one partition its id and its tasks' ids name (one hash tag, so one slot of
+a cluster; partition 0 with one partition): its record, its tasks' hashes, their pending and children sets,
+the queues' waiting segments and that partition's `workflows` index. The release is in acknowledge.lua
+(`lua/lib/workflow.lua`); docs/explanation/workflows.md has the design. A cancel or a retry of a whole
+workflow is a series of bounded script calls (`STEPS_PER_CALL`), each of which leaves the workflow consistent,
+so a crash between two of them is repaired by calling again.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
 from .enqueue_retry import retrying
 from .errors import translate_errors
 from .keys import TASK_FIELDS, THROUGHPUT_COUNTER_TTL_S, ready_score
+from .partitions import names_partition, partition_of
 from .script_source import LuaScript, ScriptHost, script_source
 
 if TYPE_CHECKING:
@@ -211,11 +212,13 @@ class WorkflowBackend:
     keys: Any
     config: Any
     enqueuer: Any
+    next_enqueue_partition: Any  # these five from PartitionRouting, mixed in beside it
+    covered_partitions: Any
+    scripts_for: Any
+    task_keys: Any
+    task_scripts: Any
 
     if TYPE_CHECKING:
-
-        @property
-        def partition_count(self) -> int: ...
 
         def validate_task(self, task: Any) -> None: ...
 
@@ -223,42 +226,43 @@ class WorkflowBackend:
             self, result_id: str, fields: list, old_layout_result: bytes | None
         ) -> ThreadmillTaskResult: ...
 
-    def finish_settling(self) -> int:
-        """Continue every release of children a call cut short, in bounded calls, until none is left; return how many.
-
-        The acknowledgement that ran out of budget calls it at once; the sweeper calls it too, for a
-        worker that stopped between the two.
-        """
-        total = 0
-        for _ in range(MAX_SETTLE_CALLS):
-            settled, left = self.scripts.continue_settling(self.config.result_ttl)
-            total += settled
-            if not left:
-                break
+    def finish_settling(self, partitions: Sequence[int] = (0,)) -> int:
+        """Continue every release of children a call cut short in `partitions`, in bounded calls; return how many."""
+        total = 0  # the acknowledgement cut short asks for its task's partition, the sweeper for each
+        for partition in partitions:
+            scripts = self.scripts_for(partition)
+            for _ in range(MAX_SETTLE_CALLS):
+                settled, left = scripts.continue_settling(self.config.result_ttl)
+                total += settled
+                if not left:
+                    break
         return total
 
     def awaits_release(self, queue_names: Sequence[str]) -> bool:
         """Whether a task of `queue_names` waits on a parent in them that is ready or running (`--exit-empty` stays)."""
-        if self.partition_count > 1:
-            return False  # no workflow is stored with partitions > 1
-        return self.scripts.awaits_release(queue_names)
+        # A workflow's tasks share one partition, so each partition is asked about its own (one call each).
+        return any(self.scripts_for(p).awaits_release(queue_names) for p in self.covered_partitions())
 
-    def new_task_id(self) -> str:
-        """Return a new task id for a workflow node (one partition: workflows live in partition 0)."""
-        return codec.new_task_id(None)
+    def new_task_id(self, like: str | None = None) -> str:
+        """Return a new task id in the partition of id `like`; without it, in the next in turn (a new workflow's)."""
+        if like is None:
+            return codec.new_task_id(self.next_enqueue_partition())
+        return codec.new_task_id(partition_of(like) if names_partition(like) else None)
 
     def enqueue_workflow(self, workflow: Workflow) -> WorkflowResult:
         """Store `workflow` (checked already) in one script call, all or nothing, retried as `enqueue`; return its result."""
-        if self.partition_count > 1:
-            raise WorkflowError("Workflows need one partition in this release; this backend has partitions > 1.")
+        first = workflow.nodes[0].id
         for node in workflow.nodes:
             self._check_node(node)
+            if partition_of(node.id) != partition_of(first):
+                raise WorkflowError(f"Node {node.name!r} has a task id of another partition than this workflow's.")
         now = time.time()
         index = {node.id: i for i, node in enumerate(workflow.nodes, 1)}
         entries = [self._entry(node, now, index) for node in workflow.nodes]
         graph = json.dumps([[n.name, n.id, [p.name for p in n.parents]] for n in workflow.nodes])
-        workflow_id = codec.new_task_id(None)
-        stored = self.enqueuer.send_workflow(workflow_id, workflow.name, graph, entries)
+        workflow_id = self.new_task_id(first)
+        partition = partition_of(first) if names_partition(first) else None
+        stored = self.enqueuer.send_workflow(workflow_id, workflow.name, graph, entries, partition)
         if stored == -1:
             raise WorkflowError("A task id of this workflow is taken by a stored task; nothing was stored.")
         # The read back rides out the same blip: the caller must not hear "unreachable" for a stored workflow.
@@ -302,7 +306,8 @@ class WorkflowBackend:
     @translate_errors
     def get_workflow(self, workflow_id: str) -> WorkflowResult:
         """Return a workflow's state: its record's counts and every task read, in one round trip per `READ_BATCH` tasks."""
-        record = self.client.hgetall(self.keys.workflow(workflow_id))
+        keys = self.task_keys(workflow_id)
+        record = self.client.hgetall(keys.workflow(workflow_id))
         if not record:
             raise TaskResultDoesNotExist(f"No workflow with id {workflow_id!r} is stored.")
         nodes = json.loads(record[b"graph"])
@@ -310,7 +315,7 @@ class WorkflowBackend:
         for start in range(0, len(nodes), READ_BATCH):
             pipe = self.client.pipeline(transaction=False)
             for _, task_id, _ in nodes[start : start + READ_BATCH]:
-                pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
+                pipe.hmget(keys.task(task_id), TASK_FIELDS)
             for (name, task_id, _), fields in zip(nodes[start : start + READ_BATCH], pipe.execute(), strict=True):
                 tasks[name] = self.stored_result(task_id, fields, None)
         counts = dict.fromkeys(COUNT_KEYS, 0)
@@ -327,11 +332,12 @@ class WorkflowBackend:
 
         Raises WorkflowError when the task names a workflow that is no longer stored.
         """
-        workflow_id, node = self.client.hmget(self.keys.task(task_id), ["workflow", "node"])
+        keys = self.task_keys(task_id)
+        workflow_id, node = self.client.hmget(keys.task(task_id), ["workflow", "node"])
         if workflow_id is None:
             return None
         wid = workflow_id.decode()
-        name, graph, added = self.client.hmget(self.keys.workflow(wid), ["name", "graph", f"added_parents:{task_id}"])
+        name, graph, added = self.client.hmget(keys.workflow(wid), ["name", "graph", f"added_parents:{task_id}"])
         if graph is None:
             raise WorkflowError(f"Workflow {wid} of task {task_id} is no longer stored.")
         entries = json.loads(graph)
@@ -348,7 +354,7 @@ class WorkflowBackend:
         """Return the stored result of each (node name -> task id) of `nodes`, read in one round trip; gone ones left out."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in nodes.values():
-            pipe.hmget(self.keys.task(task_id), TASK_FIELDS)
+            pipe.hmget(self.task_keys(task_id).task(task_id), TASK_FIELDS)
         replies = pipe.execute() if nodes else []
         found = {name: (task_id, fields) for (name, task_id), fields in zip(nodes.items(), replies, strict=True)}
         return ParentResults({name: read for name, read in found.items() if read[1][0]}, self._parent_result)
@@ -359,7 +365,7 @@ class WorkflowBackend:
     @translate_errors
     def added_by(self, task_id: str) -> str | None:
         """Return the id of the task that added task `task_id` at run time, None for one enqueued with its workflow."""
-        return codec.text(self.client.hget(self.keys.task(task_id), "added_by")) or None
+        return codec.text(self.client.hget(self.task_keys(task_id).task(task_id), "added_by")) or None
 
     def add_to_workflow(
         self,
@@ -384,7 +390,8 @@ class WorkflowBackend:
         payload = codec.encode_new(task, node.id, normalize_json(list(args)), normalize_json(kwargs), now)
         entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy)
         graph_entry = json.dumps([node.name, node.id, [stored.node]])
-        return self.scripts.add_to_workflow(stored.id, caller, entry, graph_entry, [task_id for _, task_id in before])
+        before_ids = [task_id for _, task_id in before]
+        return self.task_scripts(stored.id).add_to_workflow(stored.id, caller, entry, graph_entry, before_ids)
 
     def cancel_workflow(self, workflow_id: str, *, by: str = "") -> int:
         """Cancel every task of a workflow that has not run (TaskCancelled) and ask each running one to abort.
@@ -394,6 +401,7 @@ class WorkflowBackend:
         task asked before counts again). Raises TaskResultDoesNotExist for an unknown id.
         """
         task_ids = [task_id for _, task_id, _ in reversed(self._graph(workflow_id))]
+        scripts = self.task_scripts(workflow_id)
         now = time.time()
         by = by or default_canceller()
         request, minute = json.dumps({"by": by, "at": now}), int(now // 60)
@@ -403,7 +411,7 @@ class WorkflowBackend:
             task_ids = []
             for start in range(0, len(entries), STEPS_PER_CALL):
                 chunk = entries[start : start + STEPS_PER_CALL]
-                codes = self.scripts.cancel_workflow(chunk, self.config.result_ttl, request, minute)
+                codes = scripts.cancel_workflow(chunk, self.config.result_ttl, request, minute)
                 took += sum(1 for code in codes if code in (1, 2))
                 task_ids += [entry[0] for entry, code in zip(chunk, codes, strict=True) if code == -1]
             if not task_ids:
@@ -444,15 +452,15 @@ class WorkflowBackend:
                 except UNREADABLE_PAYLOAD_ERRORS:
                     continue
                 entries.append((task_id, queue.decode(), ready_score(priority, now), [id_of[p] for p in parents]))
-        moved = 0
+        moved, scripts = 0, self.task_scripts(workflow_id)
         for chunk in _by_steps(entries):
-            moved += sum(self.scripts.retry_workflow(workflow_id, chunk))
+            moved += sum(scripts.retry_workflow(workflow_id, chunk))
         return moved
 
     @translate_errors
     def _graph(self, workflow_id: str) -> list:
         """Return a workflow's graph, [[node, task id, [parent nodes]], ...]; raise TaskResultDoesNotExist if unknown."""
-        graph = self.client.hget(self.keys.workflow(workflow_id), "graph")
+        graph = self.client.hget(self.task_keys(workflow_id).workflow(workflow_id), "graph")
         if graph is None:
             raise TaskResultDoesNotExist(f"No workflow with id {workflow_id!r} is stored.")
         return json.loads(graph)
@@ -464,7 +472,7 @@ class WorkflowBackend:
         for start in range(0, len(task_ids), READ_BATCH):
             pipe = self.client.pipeline(transaction=False)
             for task_id in task_ids[start : start + READ_BATCH]:
-                pipe.hmget(self.keys.task(task_id), fields)
+                pipe.hmget(self.task_keys(task_id).task(task_id), fields)
             rows += pipe.execute()
         return rows
 

@@ -4,11 +4,11 @@ The scripts of this release count a workflow task's final outcome as they record
 `counted` field). An older release's acknowledge or cancel, which predate workflows, record it without
 counting; the sweeper settles such a task when a child waits on it, but a leaf (no children) is never
 reached there, so its record's counts would stay short and the record would never finish nor expire.
-This duty walks the `workflows` index (`recount_workflows.lua`), `RECOUNT_RECORDS` records and at most
+This duty walks each partition's `workflows` index (`recount_workflows.lua`), `RECOUNT_RECORDS` records and at most
 `RECOUNT_TASKS` task hashes a call, resuming where the last call stopped. A server without workflows
-pays one script call running one ZRANGE every `RECOUNT_INTERVAL_S`. A pass reads an open workflow's
-every task hash, so like the sweeper it is left out of the broker's first pass (`runs_at_start`): its
-first walk comes one interval after the pool's start, not beside the drain that start begins.
+pays one script call running one ZRANGE a partition every `RECOUNT_INTERVAL_S`. A pass reads an open
+workflow's every task hash, so like the sweeper it is left out of the broker's first pass (`runs_at_start`):
+its first walk comes one interval after the pool's start, not beside the drain that start begins.
 """
 
 from __future__ import annotations
@@ -40,26 +40,26 @@ class Recounter(Duty):
 
     def __init__(self, backend: RedisTaskBackend) -> None:
         super().__init__(backend)
-        #: Where the walk resumes: (rank in the index, task in that workflow's graph).
-        self.cursor = (0, 0)
+        #: Where the walk resumes in each partition's index: (rank in the index, task in that workflow's graph).
+        self.cursors: dict[int, tuple[int, int]] = {}
 
     def interval(self) -> float:
         """Return `RECOUNT_INTERVAL_S`, or the broker's own interval when that is longer."""
         return max(RECOUNT_INTERVAL_S, self.backend.config.broker_interval)
 
     def run_once(self, pass_: BrokerPass) -> int:
-        """Walk on through the index in partition 0 (where workflows live); return how many outcomes were counted."""
-        return pass_.attempt(0, self.recount) or 0
+        """Walk on through each partition's index (a workflow lives in one); return how many outcomes were counted."""
+        return sum(pass_.attempt(p, self.recount, p) or 0 for p in pass_.partitions)
 
-    def recount(self) -> int:
-        """Make up to `MAX_RECOUNT_CALLS` calls from the cursor, back to the index's start at its end; return the count."""
-        total = 0
+    def recount(self, partition: int = 0) -> int:
+        """Make up to `MAX_RECOUNT_CALLS` calls from a partition's cursor (its index's start after its end); return the count."""
+        scripts, total = self.backend.scripts_for(partition), 0
         for _ in range(MAX_RECOUNT_CALLS):
-            counted, cursor, at_end = self.backend.scripts.recount_workflows(
-                self.cursor, RECOUNT_RECORDS, RECOUNT_TASKS, self.backend.config.result_ttl
+            counted, cursor, at_end = scripts.recount_workflows(
+                self.cursors.get(partition, (0, 0)), RECOUNT_RECORDS, RECOUNT_TASKS, self.backend.config.result_ttl
             )
             total += counted
-            self.cursor = (0, 0) if at_end else cursor
+            self.cursors[partition] = (0, 0) if at_end else cursor
             if at_end:
                 break
         return total

@@ -7,14 +7,13 @@ such children start within `SWEEP_INTERVAL_S` or two. A queue without waiting ta
 script call running one ZRANGE a sweep: an idle pool pays 0.4 commands a second per queue for it.
 Each sweep also continues the releases a call cut short at its budget that no acknowledgement
 continued (the acknowledging worker stopped between the two calls): one script call running one
-LLEN when the settling list is empty, 0.4 commands a second.
+LLEN when the settling list is empty, 0.4 commands a second (per partition: a workflow lives in one).
 
 A sweep reads every waiting task's pending set and each parent in it: a pass over a 10,000-task
 fan-out's children, or over one join with 9,999 parents, held the server 0.23-0.26 s (this 2-core VM
-at load 4; docs/explanation/workflows.md). So the broker's first pass
-leaves the sweeper out (`runs_at_start`): a pool starts to drain what was queued meanwhile, a
-workflow's tasks among them, and the first sweep comes one interval later, when what it repairs
-still starts within the interval or two.
+at load 4; docs/explanation/workflows.md). So the broker's first pass leaves the sweeper out
+(`runs_at_start`): a pool starts to drain what was queued meanwhile, a workflow's tasks among them,
+and the first sweep comes one interval later, when what it repairs still starts within the interval or two.
 """
 
 from __future__ import annotations
@@ -42,8 +41,9 @@ class Sweeper(Duty):
     def run_once(self, pass_: BrokerPass) -> int:
         """Sweep every queue in every partition, then continue the releases cut short; return how many were settled."""
         swept = pass_.serve_each(self.sweep)
-        # Workflows live in partition 0 in this release, so its settling list is the only one.
-        return swept + (pass_.attempt(0, self.backend.finish_settling) or 0)
+        # A workflow lives in one partition, whose settling list holds its releases cut short.
+        settling = (pass_.attempt(p, self.backend.finish_settling, (p,)) or 0 for p in pass_.partitions)
+        return swept + sum(settling)
 
     def sweep(self, queue_name: str, partition: int) -> int:
         """Sweep one queue's waiting segment in one partition, a batch a call; return how many parents were settled."""

@@ -1,11 +1,12 @@
 """The backend's half of `threadmill.api.workflows`: workflow records by enqueue time, one record, task states.
 
-A workflow lives in partition 0's keys (`threadmill.backends.workflows`): its record hash
-(`name`, `created_at`, `graph`, `total` and the counts its scripts keep) and the `workflows`
-index, newest last. The workflow itself (its enqueue, its tasks read whole, the cancel and the
-retry) is the backend's (`backends/workflows.py`); this half reads what a page or a command
-line shows beside it. Every read here is one round trip, a pipeline where it reads many keys;
-the callers bound how many (a page of records, a page of a graph's tasks).
+A workflow lives in one partition's keys, the one its id names (`threadmill.backends.workflows`):
+its record hash (`name`, `created_at`, `graph`, `total` and the counts its scripts keep) and that
+partition's `workflows` index, newest last. A list merges the covered partitions' indexes. The
+workflow itself (its enqueue, its tasks read whole, the cancel and the retry) is the backend's
+(`backends/workflows.py`); this half reads what a page or a command line shows beside it. Every read
+here is one round trip, a pipeline where it reads many keys; the callers bound how many (a page of
+records, a page of a graph's tasks).
 """
 
 from __future__ import annotations
@@ -39,32 +40,46 @@ class WorkflowTooling(ToolingHost):
 
     @translate_errors
     def workflow_ids(self, first: int, count: int) -> tuple[int, list[tuple[str, float]]]:
-        """Return how many workflows the index holds and (id, enqueue time) of `count` of them from rank `first`, newest first."""
+        """Return how many workflows the indexes hold and (id, enqueue time) of `count` of them from rank `first`, newest first.
+
+        One round trip. With several partitions it reads each partition's newest `first + count`
+        and merges them (the console pages a list by offset, and a list's deep pages are rare).
+        """
+        partitions = self.covered_partitions()
+        start = first if len(partitions) == 1 else 0
         pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(self.keys.workflows())
-        pipe.zrevrange(self.keys.workflows(), first, first + count - 1, withscores=True)
-        total, found = pipe.execute()
-        return int(total), [(member.decode(), float(score)) for member, score in found]
+        for partition in partitions:
+            index = self.keys_for(partition).workflows()
+            pipe.zcard(index)
+            pipe.zrevrange(index, start, first + count - 1, withscores=True)
+        replies = pipe.execute()
+        total = sum(int(n) for n in replies[0::2])
+        found = [(member.decode(), float(score)) for rows in replies[1::2] for member, score in rows]
+        if len(partitions) > 1:
+            # ZREVRANGE's own order: newest first, a tie by id, greatest first.
+            found = sorted(found, key=lambda row: (row[1], row[0]), reverse=True)[first : first + count]
+        return total, found
 
     @translate_errors
     def workflow_summaries(self, workflow_ids: Sequence[str]) -> list[dict[str, bytes | None]]:
         """Return each workflow's `SUMMARY_FIELDS` (values None where absent; all None for an expired record)."""
         pipe = self.client.pipeline(transaction=False)
         for workflow_id in workflow_ids:
-            pipe.hmget(self.keys.workflow(workflow_id), SUMMARY_FIELDS)
+            pipe.hmget(self.task_keys(workflow_id).workflow(workflow_id), SUMMARY_FIELDS)
         return [dict(zip(SUMMARY_FIELDS, values, strict=True)) for values in pipe.execute()]
 
     @translate_errors
     def workflow_record(self, workflow_id: str) -> dict[str, bytes]:
         """Return a workflow's whole record, its graph included ({} when none is stored)."""
-        return {field.decode(): value for field, value in self.client.hgetall(self.keys.workflow(workflow_id)).items()}
+        record = self.client.hgetall(self.task_keys(workflow_id).workflow(workflow_id))
+        return {field.decode(): value for field, value in record.items()}
 
     @translate_errors
     def workflow_task_segments(self, task_ids: Sequence[str]) -> list[str | None]:
         """Return each task's segment name, None for a task no longer stored (its result expired)."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in task_ids:
-            pipe.hget(self.keys.task(task_id), "segment")
+            pipe.hget(self.task_keys(task_id).task(task_id), "segment")
         return [None if segment is None else segment.decode() for segment in pipe.execute()]
 
     @translate_errors
