@@ -698,6 +698,18 @@ def add_named_then_fail_once(count, join):
     return added
 
 
+@task(retry=ExponentialBackoff(base_delay=0.05, max_retries=2, jitter=0))
+def add_unnamed_then_fail_once(count, join):
+    """Add `count` spells without names that `join` waits for, then fail the first run (counted in `test:runs`)."""
+    from threadmill import current_workflow
+
+    workflow = current_workflow()
+    added = [workflow.add(spell, (f"unnamed-{i}",), before=[join]).name for i in range(count)]
+    if _runs().hincrby("test:runs", "add_unnamed_then_fail_once", 1) == 1:
+        raise RuntimeError("the first run fails after adding")
+    return added
+
+
 # -- workflows ---------------------------------------------------------------------------
 
 

@@ -142,3 +142,19 @@ def test_a_retried_task_that_names_its_additions_adds_each_once(backend, pool):
         "spread": [run.tasks[f"chunk-{i}"].id for i in range(3)],
         **{f"chunk-{i}": f"chunk-{i}" for i in range(3)},
     }
+
+
+def test_a_retried_task_that_adds_without_names_adds_each_once(backend, pool):
+    wf = Workflow()
+    spread = wf.add(tasks.add_unnamed_then_fail_once, (3, "join"), name="spread")
+    join = wf.add(tasks.read_parents, ("join",), after=[spread], name="join")
+    run = wf.enqueue()
+    _finish(run)
+    assert int(backend.client.hget("test:runs", "add_unnamed_then_fail_once")) == 2
+    assert backend.get_result(spread.id).return_value == ["spell", "spell_2", "spell_3"]
+    assert list(run.tasks) == ["spread", "join", "spell", "spell_2", "spell_3"]
+    assert backend.get_result(join.id).return_value == {
+        "spread": ["spell", "spell_2", "spell_3"],
+        **{name: f"unnamed-{i}" for i, name in enumerate(["spell", "spell_2", "spell_3"])},
+    }
+    assert run.counts == {"WAITING": 0, "READY": 0, "RUNNING": 0, "SUCCESSFUL": 5, "FAILED": 0}

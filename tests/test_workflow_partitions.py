@@ -228,3 +228,16 @@ def test_drain_in_the_test_process_runs_every_partitions_workflows(backend):
     for run in runs:
         run.refresh()
         assert run.status == TaskResultStatus.SUCCESSFUL and run.tasks["join"].return_value == 6
+
+
+def test_a_quarantine_and_a_delete_settle_a_workflow_in_its_own_partition(backend):
+    runs = [_diamond(f"gone{i}") for i in range(3)]
+    for run in runs:
+        keys = backend.keys_for(partition_of(run.id))
+        if partition_of(run.id) % 2:  # one partition's workflow loses its top to a quarantine
+            backend.client.hset(keys.task(run.tasks["top"].id), "data", b"{this is not json")
+            backend.peek("default", segment=Segment.READY)
+        else:  # the others' tops are deleted
+            assert backend.delete([run.tasks["top"].id]) == 1
+        assert backend.get_result(run.tasks["join"].id).errors[-1].exception_class_path == UPSTREAM_FAILED
+        assert backend.client.hmget(keys.workflow(run.id), "failed", "waiting") == [b"4", b"0"]

@@ -26,10 +26,13 @@ from django.tasks import TaskResult, task_backends
 
 from .exceptions import WorkflowError
 from .progress import running
-from .workflows import MAX_TASKS, POLICIES
+from .workflows import MAX_EDGES, MAX_TASKS, POLICIES
 
 #: Most default names `add` tries when tasks adding at once take the one it chose.
 NAME_TRIES = 100
+#: The start of a record's field listing (comma-separated, in order) the ids of the tasks a task added
+#: without a name; the adding task's id follows. A retried task's n-th unnamed add returns the n-th.
+UNNAMED_ADDED = "unnamed_added:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,10 @@ class StoredWorkflow:
     ids: dict[str, str]
     #: This node's parents, declared at enqueue and added at run time: node name -> task id.
     parents: dict[str, str]
+    #: The dependencies of the graph as read (its `before` edges added at run time not among them).
+    edges: int = 0
+    #: The ids of the tasks earlier attempts of this task added without a name, in the order added.
+    unnamed: list[str] = field(default_factory=list)
 
 
 class RunningWorkflow:
@@ -90,6 +97,10 @@ class RunningWorkflow:
         self._parents: Mapping[str, TaskResult] | None = None
         #: The nodes this run added: a name among them is taken, one an earlier attempt added is returned.
         self._added: set[str] = set()
+        #: The unnamed adds of this run so far: the next one is an earlier attempt's at this place, if any.
+        self._unnamed = 0
+        #: The node names of the earlier attempts' unnamed adds by task id, read on this run's first one.
+        self._earlier_names: dict[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"<RunningWorkflow {self.id} {self.name!r}, node {self.node!r}>"
@@ -110,7 +121,7 @@ class RunningWorkflow:
     def parents(self) -> Mapping[str, TaskResult]:
         """Each parent's task result by node name, final; read in one round trip on first use (`ParentResults`).
 
-        A parent whose result expired (`result_ttl`) is left out.
+        A parent whose result expired (`result_ttl`) or that was quarantined (unreadable) is left out.
         """
         if self._parents is None:
             self._parents = self._backend.workflow_results(self._stored.parents)
@@ -136,10 +147,12 @@ class RunningWorkflow:
 
         `before` holds node names, or nodes `add` or `Workflow.add` returned (one name alone
         is one node). A `name` an earlier attempt of this task added returns that node and
-        stores nothing, so a retried task that names its additions adds each once. One script
+        stores nothing, and so does the n-th unnamed add of a run when an earlier attempt made an
+        n-th (whatever its task), so a retried task adds each of its additions once. One script
         call, all or nothing. Raises WorkflowError, storing nothing, for a `before`
         node that does not exist, has started or is not a child of this task, a taken name, an
-        unknown policy, a workflow at `MAX_TASKS`, or a task this workflow cannot hold.
+        unknown policy, a workflow at `MAX_TASKS` or one the new edges would take past `MAX_EDGES`,
+        or a task this workflow cannot hold.
         """
         if on_parent_failure not in POLICIES:
             raise WorkflowError(f"on_parent_failure must be one of {POLICIES}, not {on_parent_failure!r}.")
@@ -147,17 +160,21 @@ class RunningWorkflow:
             raise WorkflowError(f"A node name must be a non-empty text, not {name!r}.")
         if name is not None and (earlier := self._added_earlier(name)) is not None:
             return earlier
+        if name is None and (earlier := self._unnamed_earlier()) is not None:
+            return earlier
         targets = list(dict.fromkeys(self._before(node) for node in ([before] if isinstance(before, str) else before)))
         names = [name] if name is not None else self._default_names(task)
         for node_name in names:
             node = AddedNode(node_name, self._backend.new_task_id(self._stored.id))
             caller = (self._task_id, self._lease_token)
             code, at = self._backend.add_to_workflow(
-                self._stored, caller, node, task, args, kwargs or {}, targets, on_parent_failure
+                self._stored, caller, node, task, args, kwargs or {}, targets, on_parent_failure, name is None
             )
             if code == 1:
                 self._stored.ids[node.name] = node.id
                 self._added.add(node.name)
+                if name is None:
+                    self._unnamed += 1
                 return node
             # A default name another task took since this one read the graph: try the next number.
             if code != -3 or name is not None:
@@ -175,6 +192,21 @@ class RunningWorkflow:
         task_id = self._stored.ids.get(name)
         if task_id is None or name in self._added or self._backend.added_by(task_id) != self._task_id:
             return None
+        self._added.add(name)
+        return AddedNode(name, task_id)
+
+    def _unnamed_earlier(self) -> AddedNode | None:
+        """Return the node an earlier attempt's unnamed add at this run's next place stored, else None."""
+        if self._unnamed >= len(self._stored.unnamed):
+            return None
+        if self._earlier_names is None:  # once a run: a retried fan-out of n finds each of its n in O(1)
+            earlier = set(self._stored.unnamed)
+            self._earlier_names = {i: node for node, i in self._stored.ids.items() if i in earlier}
+        task_id = self._stored.unnamed[self._unnamed]
+        name = self._earlier_names.get(task_id)
+        if name is None:
+            return None
+        self._unnamed += 1
         self._added.add(name)
         return AddedNode(name, task_id)
 
@@ -203,6 +235,7 @@ def refusal(code: int, before: str, name: str) -> str:
         -5: f"before= names {before!r}, which is not a task of this workflow.",
         -6: f"before= names {before!r}, which has started or is final: only a waiting task can wait for more.",
         -7: f"before= names {before!r}, which is not a child of this task: it may not wait for this task's additions.",
+        -8: f"A workflow holds at most {MAX_EDGES} dependencies; node {name!r} and its before= edges would pass it.",
     }
     return messages.get(code, f"add_to_workflow refused the task (code {code}).") + " Nothing was stored."
 

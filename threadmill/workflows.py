@@ -15,7 +15,7 @@ floor: it reaches the server only through the backend object (`enqueue_workflow`
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,9 @@ MAX_EDGES = 100_000
 POLICIES = ("cancel", "run")
 #: The keys of `WorkflowResult.counts`, Django's four statuses and WAITING.
 COUNT_KEYS = ("WAITING", "READY", "RUNNING", "SUCCESSFUL", "FAILED")
+#: The start of a record's field naming (comma-separated ids) the parents a task gained at run time
+#: (`add(before=)`); the task's id follows.
+ADDED_PARENTS = "added_parents:"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -149,6 +152,8 @@ class WorkflowResult:
     status: TaskResultStatus
     counts: dict[str, int]
     tasks: dict[str, TaskResult] = field(default_factory=dict)
+    #: Each node's parent nodes, those a running task added (`add(before=)`) included.
+    parents: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def refresh(self) -> None:
         """Read this workflow again from its backend."""
@@ -166,6 +171,28 @@ class WorkflowResult:
 
     def _take(self, other: WorkflowResult) -> None:
         self.name, self.status, self.counts, self.tasks = other.name, other.status, other.counts, other.tasks
+        self.parents = other.parents
+
+
+def full_graph(graph: Sequence[Sequence[Any]], record: Mapping[Any, bytes]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Return a stored graph's (node, task id, parent nodes), each with the parents it gained at run time.
+
+    `graph` is the record's decoded `graph`; `record` its fields (names as text or bytes), where
+    `ADDED_PARENTS` fields hold the runtime edges. A task added at run time comes after the nodes
+    that wait for it, so in this list a parent may follow its child.
+    """
+    added: dict[str, list[str]] = {}
+    for key, value in record.items():
+        name = key.decode() if isinstance(key, bytes) else key
+        if name.startswith(ADDED_PARENTS):
+            added[name.removeprefix(ADDED_PARENTS)] = value.decode().split(",")
+    if not added:
+        return [(node, task_id, tuple(parents)) for node, task_id, parents in graph]
+    name_of = {task_id: node for node, task_id, _ in graph}
+    return [
+        (node, task_id, (*parents, *(name_of[i] for i in added.get(task_id, ()) if i in name_of)))
+        for node, task_id, parents in graph
+    ]
 
 
 def status_of(counts: dict[str, int]) -> TaskResultStatus:
@@ -178,3 +205,27 @@ def status_of(counts: dict[str, int]) -> TaskResultStatus:
     if counts["RUNNING"] or counts["SUCCESSFUL"] or counts["FAILED"]:
         return TaskResultStatus.RUNNING
     return TaskResultStatus.READY
+
+
+def parents_first(entries: Sequence[tuple[str, str, tuple[str, ...]]]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Return (node, task id, parent nodes) entries ordered so that every node comes after its parents.
+
+    The enqueued graph is in that order already and keeps it; a task added at run time comes after
+    the nodes that wait for it (`full_graph`), so each pass places what it can, one pass more per
+    level of runtime edges.
+    """
+    placed: set[str] = set()
+    ordered: list[tuple[str, str, tuple[str, ...]]] = []
+    left = list(entries)
+    while left:
+        later = []
+        for entry in left:
+            if placed.issuperset(entry[2]):
+                placed.add(entry[0])
+                ordered.append(entry)
+            else:
+                later.append(entry)
+        if len(later) == len(left):
+            return ordered + later  # a cycle, which no script writes
+        left = later
+    return ordered

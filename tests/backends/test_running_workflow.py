@@ -8,10 +8,11 @@ import pytest
 from django.tasks import TaskResultStatus, task_backends
 
 from tests import tasks
+from threadmill.api import workflows as api_workflows
 from threadmill.base import Segment
 from threadmill.exceptions import WorkflowError
 from threadmill.running_workflow import RunningWorkflow
-from threadmill.workflows import MAX_TASKS, Workflow
+from threadmill.workflows import MAX_EDGES, MAX_TASKS, Workflow
 
 PREFIX = "threadmill:{default}"
 
@@ -44,8 +45,10 @@ def _workflow(backend, leased) -> RunningWorkflow:
     return RunningWorkflow(backend, leased, backend.running_workflow(leased.id))
 
 
-def _stored(backend) -> dict[bytes, bytes]:
-    return {key: backend.client.dump(key) for key in backend.client.keys(f"{PREFIX}*")}
+def _stored(backend) -> dict[bytes, object]:
+    # A hash as a dict: a DUMP of one being rehashed lists its fields in another order.
+    client = backend.client
+    return {k: client.hgetall(k) if client.type(k) == b"hash" else client.dump(k) for k in client.keys(f"{PREFIX}*")}
 
 
 def test_a_plain_task_has_no_running_workflow(backend):
@@ -229,3 +232,74 @@ def test_a_bad_name_raises_and_stores_nothing(backend, graph):
         with pytest.raises(WorkflowError, match="A node name must be a non-empty text"):
             _workflow(backend, caller).add(tasks.echo, name=bad)
     assert _stored(backend) == stored
+
+
+def test_the_record_counts_the_dependencies_and_an_add_grows_the_count(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    record = f"{PREFIX}:workflow:{run.id}"
+    assert backend.client.hget(record, "edges") == b"5"
+    _workflow(backend, caller).add(tasks.echo, before=["join"])  # its caller's edge and one before= edge
+    assert backend.client.hget(record, "edges") == b"7"
+
+
+def test_an_add_past_max_edges_raises_and_stores_nothing(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    workflow = _workflow(backend, caller)
+    backend.client.hset(f"{PREFIX}:workflow:{run.id}", "edges", MAX_EDGES - 1)
+    stored = _stored(backend)
+    with pytest.raises(WorkflowError, match=f"at most {MAX_EDGES} dependencies; node 'echo' and its before= edges"):
+        workflow.add(tasks.echo, before=["join"])  # two edges: one too many
+    assert _stored(backend) == stored
+    workflow.add(tasks.echo)  # one edge: the last one it holds
+    assert backend.client.hget(f"{PREFIX}:workflow:{run.id}", "edges") == str(MAX_EDGES).encode()
+
+
+def test_an_add_to_a_record_stored_without_its_edge_count_counts_the_graph_it_read(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    backend.client.hdel(f"{PREFIX}:workflow:{run.id}", "edges")  # as an older release's enqueue stored it
+    _workflow(backend, caller).add(tasks.echo, before=["join"])
+    assert backend.client.hget(f"{PREFIX}:workflow:{run.id}", "edges") == b"7"
+
+
+def test_get_workflow_and_the_console_show_the_edges_an_add_gave_a_before_node(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    added = _workflow(backend, caller).add(tasks.spell, ("x",), before=["join"])
+    result = backend.get_workflow(run.id)
+    assert result.parents["join"] == ("caller", "bystander", "spell")
+    assert result.parents["spell"] == ("caller",)
+    assert backend.workflow_with_parents(run.id)[1]["join"] == ["caller", "bystander", "spell"]
+    # The console draws the join a layer below the task it now waits for (caller 1, spell 2, join 3).
+    page = api_workflows.workflow("default", run.id)
+    depth = {task.name: depth for depth, layer in page.layers for task in layer}
+    assert (depth["caller"], depth["spell"], depth["join"]) == (1, 2, 3)
+    join = next(task for _, layer in page.layers for task in layer if task.name == "join")
+    assert join.parents == ("caller", "bystander", "spell")
+    relatives = api_workflows.task_workflow("default", added.id)
+    assert [child.name for child in relatives.children] == ["join"]
+    assert "spell" in [parent.name for parent in api_workflows.task_workflow("default", join.id).parents]
+
+
+def test_a_retried_caller_gets_the_earlier_attempts_unnamed_additions_in_order_and_stores_nothing(backend, graph):
+    run, _nodes, caller, _bystander = graph
+    workflow = _workflow(backend, caller)
+    first = [workflow.add(tasks.echo, before=["join"]), workflow.add(tasks.spell, ("x",))]
+    assert [node.name for node in first] == ["echo", "spell"]
+    record = f"{PREFIX}:workflow:{run.id}"
+    assert backend.client.hget(record, f"unnamed_added:{caller.id}") == f"{first[0].id},{first[1].id}".encode()
+    assert backend.requeue(caller) is True
+    [retried] = [r for r in backend.acquire("default", worker="w", count=2) if r.id == caller.id]
+    again = _workflow(backend, retried)
+    stored = _stored(backend)
+    assert [again.add(tasks.echo, before=["join"]), again.add(tasks.spell, ("x",))] == first
+    assert _stored(backend) == stored
+    third = again.add(tasks.echo)  # past the earlier attempt's: a new task
+    assert third.name == "echo_2"
+    assert backend.client.hget(record, f"unnamed_added:{caller.id}").decode().split(",")[-1] == third.id
+
+
+def test_cancel_workflow_cancels_a_before_node_ahead_of_the_task_added_for_it(backend, graph):
+    run, nodes, caller, _bystander = graph
+    added = _workflow(backend, caller).add(tasks.spell, ("x",), before=["join"])
+    assert backend.cancel_workflow(run.id) >= 2
+    for task_id in (nodes["join"].id, added.id):  # children first: neither fails because of the other
+        assert backend.get_result(task_id).errors[-1].exception_class_path == "threadmill.exceptions.TaskCancelled"

@@ -226,7 +226,7 @@ def test_purge_deletes_one_batch_and_spares_tasks_that_moved(scripts, raw):
 def test_delete_removes_the_hash_the_result_and_the_segment_entry(scripts, raw, backend):
     result = enqueue(backend, echo, 1)
     raw.set(f"threadmill:{{default}}:result:{result.id}", "r")
-    assert scripts.delete("default", Segment.READY, [result.id, "missing"]) == [result.id]
+    assert scripts.delete("default", Segment.READY, [result.id, "missing"]) == ([result.id], False)
     assert raw.keys(f"*{result.id}*") == []
     assert raw.zcard(Q + "ready") == 0
 
@@ -235,7 +235,7 @@ def test_delete_leaves_a_task_that_moved_to_another_segment_or_queue(scripts, ra
     moved, other_queue, stays = (enqueue(backend, echo, i).id for i in range(3))
     backend.acquire("default", count=1, worker="w")
     raw.hset(T + other_queue, "queue", "emails")
-    assert scripts.delete("default", Segment.READY, [moved, other_queue, stays]) == [stays]
+    assert scripts.delete("default", Segment.READY, [moved, other_queue, stays]) == ([stays], False)
     assert raw.hget(T + moved, "segment") == b"running"
     assert raw.zscore(Q + "running", moved) is not None
     assert raw.exists(T + other_queue)
@@ -243,7 +243,7 @@ def test_delete_leaves_a_task_that_moved_to_another_segment_or_queue(scripts, ra
 
 def test_delete_removes_the_entry_of_a_task_whose_data_expired(scripts, raw):
     raw.zadd(Q + "failed", {"ghost": 1.0})
-    assert scripts.delete("default", Segment.FAILED, ["ghost"]) == ["ghost"]
+    assert scripts.delete("default", Segment.FAILED, ["ghost"]) == (["ghost"], False)
     assert raw.zcard(Q + "failed") == 0
 
 

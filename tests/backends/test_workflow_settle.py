@@ -149,3 +149,131 @@ def test_a_plain_cancel_reads_the_workflow_fields_in_the_read_it_made_anyway(bac
     assert calls == {
         "evalsha": 1, "time": 1, "zrem": 1, "zadd": 1, "hset": 1, "expire": 1, "hincrby": 3, "incr": 2,
     }  # fmt: skip
+
+
+def _poison(backend, task_id: str) -> bytes:
+    """Make a task's stored payload unreadable; return the readable one it had."""
+    key = f"{PREFIX}:task:{task_id}"
+    readable = backend.client.hget(key, "data")
+    backend.client.hset(key, "data", b"{this is not json")
+    return readable
+
+
+def test_a_quarantined_parent_fails_its_child_and_finishes_the_workflow(backend):
+    run, (parent, child) = _chain("cancel")
+    _poison(backend, parent.id)
+    assert backend.acquire("default", worker="w") == []  # acquire quarantines what it cannot read
+    assert backend.peek_task(parent.id).segment is Segment.UNREADABLE
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    _settled_once(backend, run, failed=2)
+
+
+def test_a_quarantined_parent_releases_a_child_whose_policy_is_run(backend):
+    run, (parent, child) = _chain("run")
+    _poison(backend, parent.id)
+    assert backend.acquire("default", worker="w") == []
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert _counts(backend, run) == {"WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1}
+
+
+def test_a_quarantined_waiting_task_leaves_its_wait_and_fails_its_child(backend):
+    run, (root, middle, leaf) = _chain("cancel", "cancel")
+    _poison(backend, middle.id)
+    backend.peek("default", segment=Segment.WAITING)  # a peek quarantines what it cannot read
+    assert backend.peek_task(middle.id).segment is Segment.UNREADABLE
+    assert _error_path(backend, leaf.id) == UPSTREAM_FAILED
+    assert backend.client.zcard(f"{PREFIX}:default:waiting") == 0
+    assert _counts(backend, run) == {"WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 2}
+    leased = backend.acquire("default", worker="w")[0]
+    assert leased.id == root.id
+    assert finish(backend, leased) is True
+    _settled_once(backend, run, failed=2, successful=1)
+
+
+def test_a_requeued_quarantined_task_that_then_succeeds_is_not_counted_again(backend):
+    run, (parent, child) = _chain("cancel")
+    readable = _poison(backend, parent.id)
+    assert backend.acquire("default", worker="w") == []
+    # The code that reads it is deployed again; the console requeues the unreadable task and it runs.
+    backend.client.hset(f"{PREFIX}:task:{parent.id}", "data", readable)
+    assert backend.requeue_many("default", segment=Segment.UNREADABLE, task_ids=[parent.id]) == [parent.id]
+    leased = backend.acquire("default", worker="w")[0]
+    assert leased.id == parent.id
+    assert finish(backend, leased) is True
+    assert backend.get_result(parent.id).status == TaskResultStatus.SUCCESSFUL
+    # The quarantine was its outcome for the workflow: the record keeps it, and its child stays failed.
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    record = backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "successful", "failed", "total")
+    assert record == [b"0", b"2", b"2"]
+
+
+def test_the_sweeper_settles_a_parent_an_older_release_quarantined(backend):
+    run, (parent, child) = _chain("cancel")
+    # What an older release's quarantine leaves: the task unreadable, its child still waiting on it.
+    key = f"{PREFIX}:task:{parent.id}"
+    backend.client.zrem(f"{PREFIX}:default:ready", parent.id)
+    backend.client.zadd(f"{PREFIX}:default:unreadable", {parent.id: 1})
+    backend.client.hset(key, mapping={"segment": "unreadable", "read_error": "ValueError: junk"})
+    assert Sweeper(backend).sweep("default", 0) == 1
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    _settled_once(backend, run, failed=2)
+
+
+def test_deleting_a_waiting_task_settles_it_as_a_cancel_would(backend):
+    run, (root, middle, leaf) = _chain("cancel", "cancel")
+    assert backend.delete([middle.id]) == 1
+    failure = backend.get_result(leaf.id).errors[-1]
+    assert failure.exception_class_path == UPSTREAM_FAILED
+    assert f"Parent task 'echo_2' ({middle.id}) failed" in failure.traceback
+    assert backend.client.zcard(f"{PREFIX}:default:waiting") == 0
+    assert _counts(backend, run) == {"WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 2}
+    leased = backend.acquire("default", worker="w")[0]
+    assert leased.id == root.id
+    assert finish(backend, leased) is True
+    _settled_once(backend, run, failed=2, successful=1)
+
+
+def test_deleting_a_ready_parent_releases_a_child_whose_policy_is_run(backend):
+    run, (parent, child) = _chain("run")
+    assert backend.delete([parent.id]) == 1
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert _counts(backend, run) == {"WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1}
+
+
+def test_deleting_a_running_parent_fails_its_child_and_its_acknowledgement_is_refused(backend):
+    run, (parent, child) = _chain("cancel")
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.delete([parent.id]) == 1
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    assert finish(backend, leased) is False
+    record = backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "successful", "failed", "waiting")
+    assert record == [b"0", b"2", b"0"]
+    assert backend.client.ttl(f"{PREFIX}:workflow:{run.id}") > 0
+
+
+def test_deleting_a_successful_parent_changes_nothing_in_its_workflow(backend):
+    run, (parent, child) = _chain("cancel")
+    assert finish(backend, backend.acquire("default", worker="w")[0]) is True
+    assert backend.delete([parent.id]) == 1
+    assert backend.get_result(child.id).segment is Segment.READY
+    record = backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "successful", "failed", "waiting")
+    assert record == [b"1", b"0", b"0"]
+
+
+def test_deleting_a_task_of_a_finished_workflow_leaves_its_record_as_it_was(backend):
+    run, (parent, child) = _chain("cancel")
+    for _ in range(2):
+        assert finish(backend, backend.acquire("default", worker="w")[0]) is True
+    record = f"{PREFIX}:workflow:{run.id}"
+    finished = backend.client.hmget(record, "finished_at", "successful", "failed")
+    backend.client.expire(record, 1000)  # shorter than the result TTL a settle would set again
+    assert backend.delete([parent.id, child.id]) == 2
+    assert backend.client.hmget(record, "finished_at", "successful", "failed") == finished
+    assert backend.client.ttl(record) <= 1000
+
+
+def test_deleting_a_ready_parent_from_its_segment_page_fails_its_child(backend):
+    run, (parent, child) = _chain("cancel")
+    assert backend.delete_many("default", segment=Segment.READY, task_ids=[parent.id]) == [parent.id]
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    assert backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "failed", "waiting") == [b"2", b"0"]

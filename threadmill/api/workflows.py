@@ -24,6 +24,7 @@ from typing import Any
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
+from ..workflows import full_graph, parents_first
 from .queues import get_backend
 
 #: The states a workflow list filters by: finished is successful or failed.
@@ -151,17 +152,17 @@ class WorkflowGraph:
     states: dict[str, int]
 
 
-def graph_nodes(graph: bytes) -> list[tuple[str, str, tuple[str, ...], int]]:
-    """Return (name, task id, parents' names, depth) of each node of a stored graph, in enqueue order.
+def graph_nodes(record: dict[str, bytes]) -> list[tuple[str, str, tuple[str, ...], int]]:
+    """Return (name, task id, parents' names, depth) of each node of a stored record's graph, in enqueue order.
 
-    A node's depth is its longest path from a root: its parents come before it in the graph.
+    The parents a task gained at run time (`add(before=)`) are among its parents. A node's depth
+    is its longest path from a root, found walking the nodes parents first (`parents_first`).
     """
+    entries = full_graph(json.loads(record["graph"]), record)
     depth: dict[str, int] = {}
-    nodes = []
-    for name, task_id, parents in json.loads(graph):
+    for name, _, parents in parents_first(entries):
         depth[name] = 1 + max(map(depth.__getitem__, parents)) if parents else 0  # map: 3x a generator at 10,000
-        nodes.append((name, task_id, tuple(parents), depth[name]))
-    return nodes
+    return [(name, task_id, parents, depth[name]) for name, task_id, parents in entries]
 
 
 def workflow(alias: str, workflow_id: str, *, page: int = 1) -> WorkflowGraph:
@@ -173,7 +174,7 @@ def workflow(alias: str, workflow_id: str, *, page: int = 1) -> WorkflowGraph:
     record = backend.workflow_record(workflow_id)
     if "graph" not in record:
         raise TaskResultDoesNotExist(f"No workflow with id {workflow_id!r} is stored.")
-    nodes = sorted(graph_nodes(record["graph"]), key=lambda node: node[3])  # stable: enqueue order within a layer
+    nodes = sorted(graph_nodes(record), key=lambda node: node[3])  # stable: enqueue order within a layer
     pages = max(1, -(-len(nodes) // GRAPH_PAGE))
     page = min(max(1, page), pages)
     shown = nodes[(page - 1) * GRAPH_PAGE : page * GRAPH_PAGE]
@@ -217,7 +218,7 @@ def task_workflow(alias: str, task_id: str) -> TaskRelatives | None:
         return None
     workflow_id, node = found
     record = backend.workflow_record(workflow_id)
-    nodes = graph_nodes(record["graph"]) if "graph" in record else []
+    nodes = graph_nodes(record) if "graph" in record else []
     by_name = {n[0]: n for n in nodes}
     parents = [by_name[p] for p in by_name[node][2]] if node in by_name else []
     children = [n for n in nodes if node in n[2]]

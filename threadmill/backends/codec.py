@@ -33,6 +33,8 @@ _STATUS_OF_SEGMENT = {
     Segment.FAILED: TaskResultStatus.FAILED,
 }
 _VALID_STATUSES = frozenset(TaskResultStatus.values)
+#: The class path of the error a task failed because of its parent records.
+UPSTREAM_FAILED = "threadmill.exceptions.UpstreamFailed"
 #: Most task objects kept for stored task specs (one per task, options and run_after).
 TASK_CACHE_SIZE = 1024
 #: Most task spec JSON texts kept (one per task object encoded).
@@ -329,4 +331,14 @@ def decode(
     )
     if segment is Segment.SUCCESSFUL:
         object.__setattr__(result, "_return_value", doc.get("return_value"))
+    return result
+
+
+def with_upstream_failure(result: ThreadmillTaskResult, stored: bytes) -> ThreadmillTaskResult:
+    """Return a task failed because a parent failed (its `upstream_failed` field) with that error and its finish."""
+    upstream = json.loads(stored)
+    message = f"Parent task {upstream['parent']!r} ({upstream['parent_id']}) failed, so this task never ran."
+    error = TaskError(exception_class_path=UPSTREAM_FAILED, traceback=f"{UPSTREAM_FAILED}: {message}")
+    object.__setattr__(result, "errors", [*result.errors, error])
+    object.__setattr__(result, "finished_at", datetime.fromtimestamp(float(upstream["at"]), UTC))
     return result

@@ -50,7 +50,7 @@ from .scripts import RedisScripts
 from .sentinel import is_sentinel_url
 from .tooling import REQUEUE_ROUNDS, RedisTooling
 from .worker_verbs import WorkerVerbs
-from .workflows import WorkflowBackend, with_upstream_failure
+from .workflows import WorkflowBackend
 
 logger = logging.getLogger("threadmill.backend")
 
@@ -251,7 +251,7 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, WorkflowBack
                 unique_key=self.task_keys(result_id).unique(unique_key.decode()) if unique_key else "",
             )
             upstream = fields[13] if len(fields) > 13 else None
-            return result if upstream is None else with_upstream_failure(result, upstream)
+            return result if upstream is None else codec.with_upstream_failure(result, upstream)
         except UNREADABLE_PAYLOAD_ERRORS as e:
             raise UnreadableTaskError(f"Task {result_id} cannot be read: {e!r}") from e
 

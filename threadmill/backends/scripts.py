@@ -22,6 +22,7 @@ from . import taskstats
 from .errors import translate_errors
 from .keys import THROUGHPUT_COUNTER_TTL_S, KeySchema
 from .maintenance_scripts import MaintenanceScripts
+from .options import DEFAULT_RESULT_TTL_S
 from .script_source import LuaScript, script_source
 from .tooling_scripts import ToolingScripts
 from .transport import ServerTransport
@@ -323,12 +324,21 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         return self._run(self._requeue, keys=keys, args=args)
 
     @translate_errors
-    def quarantine(self, task_id: str, queue_name: str, segment: Segment, error: str, token: str = "") -> int:
+    def quarantine(
+        self,
+        task_id: str,
+        queue_name: str,
+        segment: Segment,
+        error: str,
+        token: str = "",
+        result_ttl: float = DEFAULT_RESULT_TTL_S,
+    ) -> int:
+        """Move a task to the unreadable segment; 1 moved, 2 moved with its workflow children's settling cut short."""
         k = self.keys
         return self._run(
             self._quarantine,
             keys=[k.task(task_id), k.segment(queue_name, segment), k.segment(queue_name, Segment.UNREADABLE)],
-            args=[task_id, error, token],
+            args=[task_id, error, token, int(result_ttl)],
         )
 
     @translate_errors

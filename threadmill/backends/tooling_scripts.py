@@ -14,6 +14,7 @@ from ..base import Segment
 from .errors import translate_errors
 from .keys import QUARTER_MINUTES, THROUGHPUT_COUNTER_TTL_S, THROUGHPUT_SERIES
 from .maintenance_scripts import encode_heartbeats
+from .options import DEFAULT_RESULT_TTL_S
 from .script_source import LuaScript, ScriptHost
 
 
@@ -47,15 +48,20 @@ class ToolingScripts(ScriptHost):
         )
 
     @translate_errors
-    def delete(self, queue_name: str, segment: Segment, task_ids: Sequence[str]) -> list[str]:
-        """Delete those of the given tasks still in one segment of a queue; return the ids deleted."""
+    def delete(
+        self, queue_name: str, segment: Segment, task_ids: Sequence[str], result_ttl: float = DEFAULT_RESULT_TTL_S
+    ) -> tuple[list[str], bool]:
+        """Delete those of the given tasks still in one segment of a queue; return (the ids deleted, cut short).
+
+        Cut short: settling a deleted workflow task's children ran out of one call's budget.
+        """
         k = self.keys
-        reply = self._run(
+        cut_short, *deleted = self._run(
             self._delete,
             keys=[k.task_prefix(), k.result_prefix(), k.segment(queue_name, segment)],
-            args=[queue_name, segment.value, *task_ids],
+            args=[queue_name, segment.value, int(result_ttl), *task_ids],
         )
-        return [task_id.decode() for task_id in reply]
+        return [task_id.decode() for task_id in deleted], bool(cut_short)
 
     @translate_errors
     def peek(self, queue_name: str, segment: Segment, offset: int, count: int, newest_first: bool) -> list:

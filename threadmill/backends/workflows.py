@@ -14,18 +14,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.tasks import TaskResult, TaskResultStatus
-from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils.json import normalize_json
 
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
 from ..exceptions import DurableEnqueueError, WorkflowError
-from ..running_workflow import ParentResults, StoredWorkflow
-from ..workflows import COUNT_KEYS, MAX_TASKS, WorkflowResult, status_of
+from ..running_workflow import UNNAMED_ADDED, ParentResults, StoredWorkflow
+from ..workflows import COUNT_KEYS, MAX_EDGES, MAX_TASKS, WorkflowResult, full_graph, parents_first, status_of
 from . import codec
 from .cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
 from .enqueue_retry import retrying
@@ -38,8 +36,6 @@ if TYPE_CHECKING:
     from ..running_workflow import AddedNode
     from ..workflows import Workflow, WorkflowNode
 
-#: The class path of the error a task failed because of its parent records.
-UPSTREAM_FAILED = "threadmill.exceptions.UpstreamFailed"
 #: Most task hashes one pipeline of `get_workflow` reads.
 READ_BATCH = 1000
 #: Most steps (a task, or a parent of a task the retry reads) one cancel_workflow or retry_workflow call
@@ -104,25 +100,25 @@ class WorkflowScripts(ScriptHost):
 
     @translate_errors
     def add_to_workflow(
-        self, workflow_id: str, caller: tuple[str, str], entry: tuple, graph_entry: str, before: Sequence[str]
+        self, wid: str, caller: tuple[str, str], entry: tuple, graph_entry: str, before: Sequence[str], edges: int
     ) -> tuple[int, int]:
-        """Add an (id, payload, queue, ready score, node, policy) task to a workflow after running task `caller`.
+        """Add an (id, payload, queue, ready score, node, policy, tally) task after running task `caller`; (code, index).
 
-        `caller` is (id, lease token): the caller must hold that lease.
+        `caller` is (id, lease token), holding that lease; `edges`, the read graph's dependency count (old records).
 
-        Each id of `before` waits for it too. Returns add_to_workflow.lua's (code, index): (1, 0) stored.
+        Each id of `before` waits for it too; tally: the record field listing unnamed adds, "" if named.
         """
         k = self.keys
-        task_id, payload, queue, ready_score, node, policy = entry
-        keys = [k.workflow(workflow_id), k.queues(), k.totals(queue), k.task(task_id)]
+        task_id, payload, queue, ready_score, node, policy, tally = entry
+        keys = [k.workflow(wid), k.queues(), k.totals(queue), k.task(task_id)]
         keys += [k.segment(queue, Segment.WAITING), k.workflow_pending(task_id), k.workflow_children(task_id)]
         caller_id, lease_token = caller
         keys += [k.task(caller_id), k.workflow_children(caller_id)]
         for before_id in before:
             keys += [k.task(before_id), k.workflow_pending(before_id)]
         taken = "[" + json.dumps(node) + ', "'
-        args = [workflow_id, caller_id, task_id, payload, queue, ready_score, node, policy, taken, graph_entry]
-        args += [MAX_TASKS, lease_token]
+        args = [wid, caller_id, task_id, payload, queue, ready_score, node, policy, taken, graph_entry]
+        args += [MAX_TASKS, lease_token, MAX_EDGES, edges, tally]
         code, index = self._run(_add_to_workflow, keys, [*args, *before])
         return int(code), int(index)
 
@@ -305,7 +301,7 @@ class WorkflowBackend:
 
     @translate_errors
     def get_workflow(self, workflow_id: str) -> WorkflowResult:
-        """Return a workflow's state: its record's counts and every task read, in one round trip per `READ_BATCH` tasks."""
+        """Return a workflow's state: its record's counts, its edges and every task read, a round trip per `READ_BATCH` tasks."""
         keys = self.task_keys(workflow_id)
         record = self.client.hgetall(keys.workflow(workflow_id))
         if not record:
@@ -317,14 +313,16 @@ class WorkflowBackend:
             for _, task_id, _ in nodes[start : start + READ_BATCH]:
                 pipe.hmget(keys.task(task_id), TASK_FIELDS)
             for (name, task_id, _), fields in zip(nodes[start : start + READ_BATCH], pipe.execute(), strict=True):
-                tasks[name] = self.stored_result(task_id, fields, None)
+                if fields[0] is not None and fields[2] != b"unreadable":  # else deleted or quarantined: FAILED
+                    tasks[name] = self.stored_result(task_id, fields, None)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         for key in ("WAITING", "SUCCESSFUL", "FAILED"):
             counts[key] = int(record.get(key.lower().encode(), 0))
         counts["RUNNING"] = sum(1 for t in tasks.values() if t.status == TaskResultStatus.RUNNING)
         counts["READY"] = len(nodes) - sum(counts.values())
         name = record.get(b"name", b"").decode()
-        return WorkflowResult(workflow_id, name, self.alias, status_of(counts), counts, tasks)
+        parents = {node: of for node, _, of in full_graph(nodes, record)}
+        return WorkflowResult(workflow_id, name, self.alias, status_of(counts), counts, tasks, parents)
 
     @translate_errors
     def running_workflow(self, task_id: str) -> StoredWorkflow | None:
@@ -337,7 +335,8 @@ class WorkflowBackend:
         if workflow_id is None:
             return None
         wid = workflow_id.decode()
-        name, graph, added = self.client.hmget(keys.workflow(wid), ["name", "graph", f"added_parents:{task_id}"])
+        fields = ["name", "graph", f"added_parents:{task_id}", f"{UNNAMED_ADDED}{task_id}"]
+        name, graph, added, unnamed = self.client.hmget(keys.workflow(wid), fields)
         if graph is None:
             raise WorkflowError(f"Workflow {wid} of task {task_id} is no longer stored.")
         entries = json.loads(graph)
@@ -347,17 +346,20 @@ class WorkflowBackend:
         if added:
             by_id = {task_id: node_name for node_name, task_id in ids.items()}
             parents.update((by_id[added_id], added_id) for added_id in added.decode().split(","))
-        return StoredWorkflow(wid, codec.text(name), me, ids, parents)
+        edges, earlier = sum(len(entry[2]) for entry in entries), codec.text(unnamed).split(",") if unnamed else []
+        return StoredWorkflow(wid, codec.text(name), me, ids, parents, edges, earlier)
 
     @translate_errors
     def workflow_results(self, nodes: dict[str, str]) -> ParentResults:
-        """Return the stored result of each (node name -> task id) of `nodes`, read in one round trip; gone ones left out."""
+        """Return the stored result of each (node name -> task id) of `nodes`, in one round trip; gone, unreadable left out."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in nodes.values():
             pipe.hmget(self.task_keys(task_id).task(task_id), TASK_FIELDS)
         replies = pipe.execute() if nodes else []
         found = {name: (task_id, fields) for (name, task_id), fields in zip(nodes.items(), replies, strict=True)}
-        return ParentResults({name: read for name, read in found.items() if read[1][0]}, self._parent_result)
+        return ParentResults(
+            {n: r for n, r in found.items() if r[1][0] and r[1][2] != b"unreadable"}, self._parent_result
+        )
 
     def _parent_result(self, read: tuple[str, list]) -> TaskResult:
         return self.stored_result(read[0], read[1], None)
@@ -377,6 +379,7 @@ class WorkflowBackend:
         kwargs: dict[str, Any],
         before: Sequence[tuple[str, str]],
         policy: str,
+        unnamed: bool = False,
     ) -> tuple[int, int]:
         """Store `node`, a call of `task` after running task `caller` (id, lease token), before each (name, id) of `before`.
 
@@ -388,10 +391,12 @@ class WorkflowBackend:
         self._check_task(task, node.name, True)
         now = time.time()
         payload = codec.encode_new(task, node.id, normalize_json(list(args)), normalize_json(kwargs), now)
-        entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy)
+        tally = f"{UNNAMED_ADDED}{caller[0]}" if unnamed else ""
+        entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy, tally)
         graph_entry = json.dumps([node.name, node.id, [stored.node]])
         before_ids = [task_id for _, task_id in before]
-        return self.task_scripts(stored.id).add_to_workflow(stored.id, caller, entry, graph_entry, before_ids)
+        scripts = self.task_scripts(stored.id)
+        return scripts.add_to_workflow(stored.id, caller, entry, graph_entry, before_ids, stored.edges)
 
     def cancel_workflow(self, workflow_id: str, *, by: str = "") -> int:
         """Cancel every task of a workflow that has not run (TaskCancelled) and ask each running one to abort.
@@ -400,7 +405,7 @@ class WorkflowBackend:
         crash finishes the job. Returns how many tasks were cancelled or asked to abort (a running
         task asked before counts again). Raises TaskResultDoesNotExist for an unknown id.
         """
-        task_ids = [task_id for _, task_id, _ in reversed(self._graph(workflow_id))]
+        task_ids = [task_id for _, task_id, _ in reversed(parents_first(self._graph(workflow_id)))]
         scripts = self.task_scripts(workflow_id)
         now = time.time()
         by = by or default_canceller()
@@ -440,7 +445,7 @@ class WorkflowBackend:
         finishes the job. Returns how many tasks were made ready or waiting again. Raises
         TaskResultDoesNotExist for an unknown id.
         """
-        nodes = self._graph(workflow_id)
+        nodes = parents_first(self._graph(workflow_id))
         id_of = {name: task_id for name, task_id, _ in nodes}
         task_ids = [task_id for _, task_id, _ in nodes]
         now, entries = time.time(), []
@@ -459,11 +464,11 @@ class WorkflowBackend:
 
     @translate_errors
     def _graph(self, workflow_id: str) -> list:
-        """Return a workflow's graph, [[node, task id, [parent nodes]], ...]; raise TaskResultDoesNotExist if unknown."""
-        graph = self.client.hget(self.task_keys(workflow_id).workflow(workflow_id), "graph")
-        if graph is None:
+        """Return a workflow's (node, task id, parent nodes), runtime edges included; raise TaskResultDoesNotExist if unknown."""
+        record = self.client.hgetall(self.task_keys(workflow_id).workflow(workflow_id))
+        if b"graph" not in record:
             raise TaskResultDoesNotExist(f"No workflow with id {workflow_id!r} is stored.")
-        return json.loads(graph)
+        return full_graph(json.loads(record[b"graph"]), record)
 
     @translate_errors
     def _fields(self, task_ids: Sequence[str], fields: Sequence[str]) -> list[list]:
@@ -488,13 +493,3 @@ def _by_steps(entries: list[tuple[str, str, str, list[str]]]) -> list[list[tuple
         chunks[-1].append(entry)
         steps += 1 + len(entry[3])
     return [chunk for chunk in chunks if chunk]
-
-
-def with_upstream_failure(result: ThreadmillTaskResult, stored: bytes) -> ThreadmillTaskResult:
-    """Return a task failed because a parent failed (its `upstream_failed` field) with that error and its finish."""
-    upstream = json.loads(stored)
-    message = f"Parent task {upstream['parent']!r} ({upstream['parent_id']}) failed, so this task never ran."
-    error = TaskError(exception_class_path=UPSTREAM_FAILED, traceback=f"{UPSTREAM_FAILED}: {message}")
-    object.__setattr__(result, "errors", [*result.errors, error])
-    object.__setattr__(result, "finished_at", datetime.fromtimestamp(float(upstream["at"]), UTC))
-    return result

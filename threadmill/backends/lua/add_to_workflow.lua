@@ -9,7 +9,8 @@
 -- call, finding a name in it 0.8 ms. A node name is taken when the graph holds `[<name as JSON>, "`,
 -- which every entry's start holds (`json.dumps`' fixed separators); a first parent of two or more
 -- also holds it, and a parent is a node, so that match is a taken name too.
--- KEYS[1]      (hash)   the workflow's record: `graph`, `total`, `waiting`, `added_parents:<id>`
+-- KEYS[1]      (hash)   the workflow's record: `graph`, `total`, `waiting`, `edges`, `added_parents:<id>`,
+--                       `unnamed_added:<caller id>`
 -- KEYS[2]      (set)    every queue name
 -- KEYS[3]      (hash)   the new task's queue's totals: enqueued
 -- KEYS[4]      (hash)   the new task (its `added_by` field: the caller's id)
@@ -32,19 +33,29 @@
 -- ARGV[10]     (string) the new task's graph entry, JSON `[node, id, [caller's node]]`
 -- ARGV[11]     (number) most tasks a workflow holds (threadmill.workflows.MAX_TASKS)
 -- ARGV[12]     (string) the caller's lease token: a copy whose lease was taken back adds nothing
--- ARGV[12+i]   (string) `before` task i's id
+-- ARGV[13]     (number) most dependencies a workflow holds (threadmill.workflows.MAX_EDGES)
+-- ARGV[14]     (number) the dependencies in the graph the caller read: the count for a record an older
+--                       release stored, without `edges` (its runtime `before` edges then uncounted)
+-- ARGV[15]     (string) for an add without a name, the record's field listing the caller's unnamed adds
+--                       (`unnamed_added:<caller id>`), which the new id is appended to; "" for a named one
+-- ARGV[15+i]   (string) `before` task i's id
 -- Returns: {code, i}: code 1 stored; 0 no such workflow; -1 the workflow holds the most tasks; -2 the
 --          caller is not a running task of this workflow under that lease; -3 the node name is taken; -4 the new id is
 --          taken; -5 `before` task i is not a task of this workflow; -6 it has started (it is not
---          waiting); -7 it is not a child of the caller; i is 0 where no `before` task is meant
+--          waiting); -7 it is not a child of the caller; -8 the new task's 1 + b dependencies would take
+--          the workflow past the most it holds; i is 0 where no `before` task is meant
 local wid, caller, id = ARGV[1], ARGV[2], ARGV[3]
 local b = (#KEYS - 9) / 2
-local record = redis.call('HMGET', KEYS[1], 'total', 'graph')
+local record = redis.call('HMGET', KEYS[1], 'total', 'graph', 'edges')
 if not record[2] then
   return {0, 0}
 end
 if tonumber(record[1]) >= tonumber(ARGV[11]) then
   return {-1, 0}
+end
+local edges = (tonumber(record[3]) or tonumber(ARGV[14])) + 1 + b
+if edges > tonumber(ARGV[13]) then
+  return {-8, 0}
 end
 local lease = redis.call('HMGET', KEYS[8], 'workflow', 'segment', 'lease_token')
 if lease[1] ~= wid or lease[2] ~= 'running' or lease[3] ~= ARGV[12] then
@@ -77,7 +88,7 @@ redis.call('ZADD', KEYS[5], ARGV[6], id)
 redis.call('SADD', KEYS[6], caller)
 redis.call('SADD', KEYS[9], id)
 for i = 1, b do
-  local before = ARGV[12 + i]
+  local before = ARGV[15 + i]
   redis.call('SADD', KEYS[9 + 2 * i], id)
   redis.call('SADD', KEYS[7], before)
   local field = 'added_parents:' .. before
@@ -87,6 +98,11 @@ end
 redis.call('HSET', KEYS[1], 'graph', string.sub(record[2], 1, -2) .. ', ' .. ARGV[10] .. ']')
 redis.call('HINCRBY', KEYS[1], 'total', 1)
 redis.call('HINCRBY', KEYS[1], 'waiting', 1)
+redis.call('HSET', KEYS[1], 'edges', edges)
+if ARGV[15] ~= '' then
+  local unnamed = redis.call('HGET', KEYS[1], ARGV[15])
+  redis.call('HSET', KEYS[1], ARGV[15], unnamed and (unnamed .. ',' .. id) or id)
+end
 redis.call('SADD', KEYS[2], ARGV[5])
 redis.call('HINCRBY', KEYS[3], 'enqueued', 1)
 return {1, 0}

@@ -5,7 +5,8 @@
 -- task hash exists but the record does not (an id reused), nothing is written and -1 is returned.
 -- A full server refuses the call before it runs (no allow-oom flag). A task without parents goes
 -- to its ready (or deferred) segment; one with parents to its queue's waiting segment, with its
--- parents' ids in its pending set and its own id in each parent's children set.
+-- parents' ids in its pending set and its own id in each parent's children set. The record counts the
+-- dependencies in `edges`, which a task added at run time grows (add_to_workflow.lua).
 -- KEYS[1]         (set)    every queue name
 -- KEYS[2]         (hash)   the workflow's record
 -- KEYS[3]         (zset)   workflow ids by enqueue time
@@ -42,7 +43,7 @@ for i = 1, n do
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
-local waiting = 0
+local waiting, edges = 0, 0
 local woken = {}
 local per_queue = {}
 for j = 1, m do
@@ -61,6 +62,7 @@ for i = 1, n do
   redis.call('ZADD', KEYS[k + 2], ARGV[a + 6], ARGV[a + 1])
   for parent in string.gmatch(parents, '%d+') do
     local p = tonumber(parent)
+    edges = edges + 1
     redis.call('SADD', KEYS[k + 3], ARGV[4 + m + 8 * p - 7])
     redis.call('SADD', KEYS[3 + 2 * m + 4 * p], ARGV[a + 1])
   end
@@ -72,7 +74,7 @@ for i = 1, n do
   per_queue[j] = per_queue[j] + 1
 end
 redis.call('HSET', KEYS[2], 'name', ARGV[2], 'graph', ARGV[3], 'created_at', now, 'total', n,
-  'waiting', waiting, 'successful', 0, 'failed', 0)
+  'waiting', waiting, 'successful', 0, 'failed', 0, 'edges', edges)
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 for j = 1, m do
   redis.call('SADD', KEYS[1], ARGV[4 + j])

@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- recount_workflows: count in their records the final outcomes no script counted (an older release's
--- acknowledge or cancel, which predate workflows, recorded them: a leaf has no children, so the sweeper
--- never reaches it), and finish a record whose counts then reach its total, as lib/workflow does. Walks
+-- acknowledge, cancel or quarantine, which predate workflows, recorded them: a leaf has no children, so
+-- the sweeper never reaches it; a quarantined task counts as failed), and finish a record whose counts then reach its total, as lib/workflow does. Walks
 -- the `workflows` index from a cursor, oldest first; a record that is finished or gone is passed over
 -- with one HMGET, an open one has its graph's text read and each of its tasks' hashes. A task is
 -- counted once, marked by its `counted` field (read and set in one call, as lib/workflow's count_outcome
@@ -47,9 +47,9 @@ for _, wid in ipairs(ids) do
       budget, at = budget - 1, last
       local task = KEYS[2] .. id
       local t = redis.call('HMGET', task, 'segment', 'workflow', 'counted')
-      if (t[1] == 'successful' or t[1] == 'failed') and t[2] == wid and not t[3] then
+      if (t[1] == 'successful' or t[1] == 'failed' or t[1] == 'unreadable') and t[2] == wid and not t[3] then
         redis.call('HSET', task, 'counted', '1')
-        redis.call('HINCRBY', record, t[1], 1)
+        redis.call('HINCRBY', record, t[1] == 'successful' and 'successful' or 'failed', 1)
         counted = counted + 1
       end
     end

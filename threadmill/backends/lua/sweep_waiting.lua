@@ -5,7 +5,8 @@
 -- It also finishes a cascade or a release an acknowledgement left at its budget (lib/workflow): a
 -- parent still in a waiting task's pending set has children left to settle, and its outcome is
 -- counted once whoever settles it (its `counted` field). A parent whose hash is gone (expired,
--- purged) is settled as failed: its outcome cannot be read any more. At most WORKFLOW_BUDGET
+-- purged, deleted by an older release) or quarantined (unreadable) is settled as failed: its outcome
+-- cannot be read any more. At most WORKFLOW_BUDGET
 -- children are visited a call; the waiting tasks looked at are returned so the caller pages on.
 -- KEYS[1] (zset)   the queue's waiting segment
 -- KEYS[2] (string) the task hash prefix, `<prefix>:task:` (not a key: every key here shares its tag)
@@ -32,7 +33,8 @@ for _, child in ipairs(ids) do
   for _, parent in ipairs(redis.call('SMEMBERS', prefix .. ':pending:' .. child)) do
     local task = KEYS[2] .. parent
     local f = redis.call('HMGET', task, 'segment', 'node')
-    if workflow and budget > 0 and (f[1] == 'successful' or f[1] == 'failed' or not f[1]) then
+    if workflow and budget > 0 and (f[1] == 'successful' or f[1] == 'failed' or f[1] == 'unreadable'
+        or not f[1]) then
       budget = settle_workflow(task, parent, workflow, f[2] or parent, f[1] ~= 'successful', now,
         tonumber(ARGV[3]), budget)
       settled = settled + 1

@@ -208,11 +208,15 @@ class ActionTooling(ToolingHost):
         segment = _deletable(segment)
         deleted: list[str] = []
         for partition, ids in by_partition(task_ids, str).items():
-            deleted += self.scripts_for(partition).delete(queue_name, segment, ids)
+            deleted += self._delete(partition, queue_name, segment, ids)
         return deleted
 
     def delete(self, task_ids: Iterable[str]) -> int:
-        """Remove the given tasks wherever they are, with their data and results; return how many existed."""
+        """Remove the given tasks wherever they are, with their data and results; return how many existed.
+
+        A workflow task is settled as a cancelled one is, in the same script: unless it had succeeded,
+        its workflow counts it FAILED and its children fail (`UpstreamFailed`) or run by their policy.
+        """
         pending, deleted = list(task_ids), 0
         # Each task is deleted only from the segment it was just read in; one that moved in
         # between is read again (a task can move only so often: a few rounds settle it).
@@ -226,9 +230,15 @@ class ActionTooling(ToolingHost):
             gone: set[str] = set()
             for (queue_name, segment), ids in places.items():
                 for partition, group in by_partition(ids, str).items():
-                    gone.update(self.scripts_for(partition).delete(queue_name, segment, group))
+                    gone.update(self._delete(partition, queue_name, segment, group))
             deleted += len(gone)
             pending = [task_id for ids in places.values() for task_id in ids if task_id not in gone]
+        return deleted
+
+    def _delete(self, partition: int, queue_name: str, segment: Segment, task_ids: list[str]) -> list[str]:
+        deleted, cut_short = self.scripts_for(partition).delete(queue_name, segment, task_ids, self.config.result_ttl)
+        if cut_short:
+            self.finish_settling([partition])  # a deleted workflow task's children, past one call's budget
         return deleted
 
     @translate_errors

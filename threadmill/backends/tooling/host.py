@@ -33,6 +33,8 @@ class ToolingHost:
     task_keys: Any
     task_scripts: Any
     covered_partitions: Any
+    # From WorkflowBackend: continues a release of workflow children a script cut short at its budget.
+    finish_settling: Any
 
     if TYPE_CHECKING:
         # A property of the backend: the cluster client with CLUSTER.

@@ -19,6 +19,7 @@ from .. import codec
 from ..errors import translate_errors
 from ..keys import TASK_FIELDS
 from ..merge import ROW_WIDTH, Cursor, KeysetPage, merge_rows
+from ..partitions import partition_of
 from .host import ToolingHost
 
 logger = logging.getLogger("threadmill.backend")
@@ -219,10 +220,14 @@ class QueueTooling(ToolingHost):
         """Move a task whose payload this code cannot read to the unreadable segment, and log it once.
 
         Fenced by `token` and by `segment`: a task that left the segment it was read in is left to
-        the path that has it now (a worker that acquired it quarantines it under its lease).
+        the path that has it now (a worker that acquired it quarantines it under its lease). A workflow
+        task's quarantine is its final outcome: counted failed, its children settled by their policy.
         """
         text = f"{type(error).__name__}: {error}"
-        if self.task_scripts(task_id).quarantine(task_id, queue_name, segment, text, token) == 1:
+        reply = self.task_scripts(task_id).quarantine(task_id, queue_name, segment, text, token, self.config.result_ttl)
+        if reply == 2:
+            self.finish_settling([partition_of(task_id)])  # a workflow task's children, past one call's budget
+        if reply in (1, 2):
             logger.error(
                 "Task %s on queue %s is unreadable (%s path) and was quarantined: %s", task_id, queue_name, path, text
             )

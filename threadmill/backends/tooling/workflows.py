@@ -12,7 +12,7 @@ records, a page of a graph's tasks).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import translate_errors
 from .host import ToolingHost
@@ -29,14 +29,12 @@ class WorkflowTooling(ToolingHost):
 
     if TYPE_CHECKING:
 
-        def _graph(self, workflow_id: str) -> list[Any]: ...
-
         def get_workflow(self, workflow_id: str) -> WorkflowResult: ...
 
     def workflow_with_parents(self, workflow_id: str) -> tuple[WorkflowResult, dict[str, list[str]]]:
         """Return a workflow's state and each node's parent nodes; raise TaskResultDoesNotExist for an unknown id."""
-        parents = {name: list(of) for name, _, of in self._graph(workflow_id)}
-        return self.get_workflow(workflow_id), parents
+        result = self.get_workflow(workflow_id)
+        return result, {name: list(of) for name, of in result.parents.items()}
 
     @translate_errors
     def workflow_ids(self, first: int, count: int) -> tuple[int, list[tuple[str, float]]]:

@@ -121,3 +121,19 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
   end
   return budget
 end
+
+-- Settle workflow task `id` (hash `task_key`, read in `segment`) that a quarantine or a delete takes out of
+-- its workflow: a final outcome, failed unless it had succeeded, counted once (`counted`) and settling its
+-- children by policy as a cancel does; a waiting one leaves its wait. A task counted already with no
+-- children left to settle is left alone (its finished record keeps its `finished_at` and expiry).
+-- Returns the budget left, as settle_workflow.
+local function settle_removed(task_key, id, segment, wid, node, now, ttl, budget)
+  if redis.call('HEXISTS', task_key, 'counted') == 1
+      and redis.call('EXISTS', prefix_of(task_key, id) .. ':children:' .. id) == 0 then
+    return budget
+  end
+  if segment == 'waiting' then
+    leave_waiting(task_key, id, wid)
+  end
+  return settle_workflow(task_key, id, wid, node or id, segment ~= 'successful', now, ttl, budget)
+end
