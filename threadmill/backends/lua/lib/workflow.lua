@@ -62,8 +62,9 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
   local prefix = prefix_of(task_key, id)
   local record = prefix .. ':workflow:' .. wid
   count_outcome(task_key, record, failed)
-  -- `open`: a child visited is left not final (still waiting, or made ready), so the workflow is not finished
-  -- and its counts need no read: a fan-in's parents skip it, about a sixth of their release's commands.
+  -- `open`: a child visited was waiting (it still waits, or was made ready), so the workflow is not finished
+  -- and its counts need no read: a fan-in's parents skip it, about a sixth of their release's commands. A child
+  -- in any other segment proves nothing (an unreadable one is final), so the counts are read then.
   -- `released`: per queue, the children made ready, moved out of waiting in one ZREM and one ZADD at the end
   -- (the acknowledgement's own batching; a call releases at most the budget, 2,000 arguments).
   local settling, head, released, open = {{id, failed, node}}, 1, {}, false
@@ -89,8 +90,6 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
           table.insert(batch.scored, f[3])
           table.insert(batch.scored, child)
         end
-      elseif f[1] and f[1] ~= 'successful' and f[1] ~= 'failed' then
-        open = true
       end
     end
   end
