@@ -6,7 +6,9 @@ counting; the sweeper settles such a task when a child waits on it, but a leaf (
 reached there, so its record's counts would stay short and the record would never finish nor expire.
 This duty walks each partition's `workflows` index (`recount_workflows.lua`), `RECOUNT_RECORDS` records and at most
 `RECOUNT_TASKS` task hashes a call, resuming where the last call stopped. A server without workflows
-pays one script call running one ZRANGE a partition every `RECOUNT_INTERVAL_S`.
+pays one script call running one ZRANGE a partition every `RECOUNT_INTERVAL_S`. A pass reads an open
+workflow's every task hash, so like the sweeper it is left out of the broker's first pass (`runs_at_start`):
+its first walk comes one interval after the pool's start, not beside the drain that start begins.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Recounter(Duty):
     """Counts the final outcomes an older release left uncounted in their workflows' records."""
 
     name = "recounter"
+    runs_at_start = False
 
     def __init__(self, backend: RedisTaskBackend) -> None:
         super().__init__(backend)

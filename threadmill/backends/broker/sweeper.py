@@ -8,6 +8,12 @@ script call running one ZRANGE a sweep: an idle pool pays 0.4 commands a second 
 Each sweep also continues the releases a call cut short at its budget that no acknowledgement
 continued (the acknowledging worker stopped between the two calls): one script call running one
 LLEN when the settling list is empty, 0.4 commands a second (per partition: a workflow lives in one).
+
+A sweep reads every waiting task's pending set and each parent in it: a pass over a 10,000-task
+fan-out's children, or over one join with 9,999 parents, held the server 0.23-0.26 s (this 2-core VM
+at load 4; docs/explanation/workflows.md). So the broker's first pass leaves the sweeper out
+(`runs_at_start`): a pool starts to drain what was queued meanwhile, a workflow's tasks among them,
+and the first sweep comes one interval later, when what it repairs still starts within the interval or two.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ class Sweeper(Duty):
     """Settles the final parents of waiting tasks that no acknowledgement settled."""
 
     name = "sweeper"
+    runs_at_start = False
 
     def interval(self) -> float:
         """Return `SWEEP_INTERVAL_S`, or the broker's own interval when that is longer."""
