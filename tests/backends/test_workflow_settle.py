@@ -277,3 +277,27 @@ def test_deleting_a_ready_parent_from_its_segment_page_fails_its_child(backend):
     assert backend.delete_many("default", segment=Segment.READY, task_ids=[parent.id]) == [parent.id]
     assert _error_path(backend, child.id) == UPSTREAM_FAILED
     assert backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "failed", "waiting") == [b"2", b"0"]
+
+
+def test_a_delete_past_one_calls_budget_counts_the_task_once_when_the_sweeper_settles_the_rest(backend):
+    wf = Workflow()
+    wide = wf.add(tasks.echo, ("wide",))
+    for i in range(1100):
+        wf.add(tasks.echo, (i,), after=[wide])
+    run = wf.enqueue()
+    assert backend.delete([wide.id]) == 1
+    assert Sweeper(backend).sweep("default", 0) == 1
+    _settled_once(backend, run, failed=1101)
+
+
+def test_the_mark_the_sweeper_leaves_for_a_parent_whose_hash_is_gone_expires_with_the_results(backend):
+    run, (parent, child) = _chain("cancel")
+    # What an expired parent or an older release's delete leaves: no hash, its child still waiting on it.
+    key = f"{PREFIX}:task:{parent.id}"
+    backend.client.delete(key)
+    backend.client.zrem(f"{PREFIX}:default:ready", parent.id)
+    assert Sweeper(backend).sweep("default", 0) == 1
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    assert backend.client.hgetall(key) == {b"counted": b"1"}
+    assert 0 < backend.client.ttl(key) <= backend.config.result_ttl
+    _settled_once(backend, run, failed=2)
