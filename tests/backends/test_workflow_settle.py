@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.tasks import TaskResultStatus, task_backends
+from django.tasks.exceptions import TaskResultDoesNotExist
 
 from tests import tasks
 from tests.backends.conftest import finish, same_server
@@ -331,6 +332,8 @@ def test_a_purge_past_one_calls_budget_counts_each_task_once_and_the_sweeper_set
     assert backend.client.zcard(f"{PREFIX}:default:waiting") == 100
     # The purged parent's mark that it was counted outlives its hash, so the sweep settles the rest uncounted.
     assert 0 < backend.client.ttl(f"{PREFIX}:task:{wide.id}") <= backend.config.result_ttl
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result(wide.id)  # the mark is no task
     assert Sweeper(backend).sweep("default", 0) == 1
     _settled_once(backend, run, failed=1103)
 
