@@ -10,12 +10,14 @@ import pytest
 from django.tasks import TaskResultStatus, task_backends
 
 from tests import tasks
+from tests.backends.conftest import same_server
 from tests.worker.conftest import start_worker, wait_until  # noqa: F401 - start_worker is a fixture
 from threadmill.backends import codec
 from threadmill.backends.broker import RedisBroker
 from threadmill.backends.broker.passes import BrokerPass, PassFailures
 from threadmill.backends.broker.recounter import Recounter
 from threadmill.backends.broker.sweeper import SWEEP_INTERVAL_S, Sweeper
+from threadmill.backends.redis import RedisTaskBackend
 from threadmill.backends.script_source import LuaScript, expand_includes
 from threadmill.base import Segment
 from threadmill.workflows import Workflow
@@ -345,3 +347,19 @@ def test_a_release_moves_its_children_to_ready_in_one_zrem_and_one_zadd(backend)
     assert [b - a for a, b in zip(before, after, strict=True)] == [1 + 1, 1 + 1, 2 + 1]
     assert {backend.get_result(child.id).segment for child in children} == {Segment.READY}
     assert backend.get_workflow(run.id).counts["WAITING"] == 0
+
+
+def test_a_finished_workflow_leaves_the_index_once_its_record_expired_and_an_open_one_stays(backend):
+    short = RedisTaskBackend("default", same_server(backend, QUEUES=["default"], OPTIONS={"result_ttl": 1}))
+    finished, _parent, _child = _chain(backend)
+    for _ in range(2):
+        assert short.acknowledge(_succeeded(short.acquire("default", worker="w")[0]))
+    still_open, _, _ = _chain(backend)
+    index, record = f"{PREFIX}:workflows", f"{PREFIX}:workflow:{finished.id}"
+    wait_until(lambda: not backend.client.exists(record), "the finished workflow's record expired", timeout=5)
+    assert backend.client.zcard(index) == 2  # nothing but a pass takes it out
+
+    Recounter(backend).run_once(BrokerPass(["default"], range(1), PassFailures(backend)))
+
+    assert backend.client.zrange(index, 0, -1) == [still_open.id.encode()]
+    assert Recounter(backend).recount() == 0 and backend.client.zcard(index) == 1

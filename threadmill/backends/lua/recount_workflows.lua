@@ -2,8 +2,10 @@
 -- recount_workflows: count in their records the final outcomes no script counted (an older release's
 -- acknowledge, cancel or quarantine, which predate workflows, recorded them: a leaf has no children, so
 -- the sweeper never reaches it; a quarantined task counts as failed), and finish a record whose counts then reach its total, as lib/workflow does. Walks
--- the `workflows` index from a cursor, oldest first; a record that is finished or gone is passed over
--- with one HMGET, an open one has its graph's text read and each of its tasks' hashes. A task is
+-- the `workflows` index from a cursor, oldest first; a finished record is passed over with one HMGET, a
+-- gone one (it expired after its result time to live) has its id removed from the index (so the console's
+-- list and the next walks stop paying for it; the ids after it move down a rank, where the cursor
+-- stays), an open one has its graph's text read and each of its tasks' hashes. A task is
 -- counted once, marked by its `counted` field (read and set in one call, as lib/workflow's count_outcome
 -- does with HSETNX); a task whose hash is gone is
 -- not counted (whether it was cannot be read any more). At most ARGV[3] records and ARGV[4] task hashes
@@ -29,7 +31,11 @@ local counted, budget = 0, tonumber(ARGV[4])
 for _, wid in ipairs(ids) do
   local record = prefix .. ':workflow:' .. wid
   local f = redis.call('HMGET', record, 'finished_at', 'total')
-  if f[2] and not f[1] then
+  if not f[1] and not f[2] then
+    -- The record is gone: enqueue_workflow stores it with no expiry, which only a finished one gets.
+    redis.call('ZREM', KEYS[1], wid)
+    rank = rank - 1
+  elseif f[2] and not f[1] then
     if budget <= 0 then
       return {counted, rank, at, 0}
     end

@@ -6,7 +6,8 @@
 -- parent still in a waiting task's pending set has children left to settle, and its outcome is
 -- counted once whoever settles it (its `counted` field). A parent whose hash is gone (expired,
 -- purged, deleted by an older release) or quarantined (unreadable) is settled as failed: its outcome
--- cannot be read any more. At most WORKFLOW_BUDGET
+-- cannot be read any more; a gone one is counted once, by the `counted` hash it is left (which expires
+-- with the results), or the one a delete or a purge left (lib/workflow's mark_counted). At most WORKFLOW_BUDGET
 -- children are visited a call; the waiting tasks looked at are returned so the caller pages on.
 -- KEYS[1] (zset)   the queue's waiting segment
 -- KEYS[2] (string) the task hash prefix, `<prefix>:task:` (not a key: every key here shares its tag)
@@ -36,7 +37,7 @@ for _, child in ipairs(ids) do
     if workflow and budget > 0 and (f[1] == 'successful' or f[1] == 'failed' or f[1] == 'unreadable'
         or not f[1]) then
       budget = settle_workflow(task, parent, workflow, f[2] or parent, f[1] ~= 'successful', now,
-        tonumber(ARGV[3]), budget)
+        tonumber(ARGV[3]), budget, not f[1])
       settled = settled + 1
     end
   end

@@ -25,11 +25,23 @@ local function prefix_of(task_key, id)
   return string.sub(task_key, 1, #task_key - #id - #':task:')
 end
 
--- Count a final outcome in the workflow's record unless the task's `counted` field says it was.
-local function count_outcome(task_key, record, failed)
+-- Count a final outcome in the workflow's record unless the task's `counted` field says it was. A task
+-- whose hash is gone (`gone`) is left a hash of `counted` alone, which expires after `ttl` as its record does.
+local function count_outcome(task_key, record, failed, ttl, gone)
   if redis.call('HSETNX', task_key, 'counted', '1') == 1 then
     redis.call('HINCRBY', record, failed and 'failed' or 'successful', 1)
+    if gone then
+      redis.call('EXPIRE', task_key, ttl)
+    end
   end
+end
+
+-- Leave, in place of a removed (deleted or purged) task's hash, the mark that its outcome was counted, for
+-- `ttl` seconds as its record: a call whose budget ran out left children waiting on it, and the sweeper,
+-- which settles them from their pending sets, must not count it again.
+local function mark_counted(task_key, ttl)
+  redis.call('HSET', task_key, 'counted', '1')
+  redis.call('EXPIRE', task_key, ttl)
 end
 
 -- Take waiting task `id` (hash `task_key`) of workflow `wid` out of the wait it is in (its pending set, the
@@ -56,12 +68,12 @@ end
 
 -- Count final task `id`'s outcome (`failed` true for a failure) in workflow `wid`'s record and release or
 -- fail its children, theirs after them, visiting at most `budget` children; push one wake token per queue
--- that got a ready task. Returns the budget left: 0 when it may have stopped short, the tasks it did not
--- finish then on the settling list.
-local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget)
+-- that got a ready task; `gone` says its hash is gone (count_outcome). Returns the budget left: 0 when it
+-- may have stopped short, the tasks it did not finish then on the settling list.
+local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget, gone)
   local prefix = prefix_of(task_key, id)
   local record = prefix .. ':workflow:' .. wid
-  count_outcome(task_key, record, failed)
+  count_outcome(task_key, record, failed, ttl, gone)
   -- `open`: a child visited was waiting (it still waits, or was made ready), so the workflow is not finished
   -- and its counts need no read: a fan-in's parents skip it, about a sixth of their release's commands. A child
   -- in any other segment proves nothing (an unreadable one is final), so the counts are read then.
@@ -121,7 +133,7 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
   return budget
 end
 
--- Settle workflow task `id` (hash `task_key`, read in `segment`) that a quarantine or a delete takes out of
+-- Settle workflow task `id` (hash `task_key`, read in `segment`) that a quarantine, a delete or a purge takes out of
 -- its workflow: a final outcome, failed unless it had succeeded, counted once (`counted`) and settling its
 -- children by policy as a cancel does; a waiting one leaves its wait. A task counted already with no
 -- children left to settle is left alone (its finished record keeps its `finished_at` and expiry).
