@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from channels.db import database_sync_to_async
@@ -20,7 +20,16 @@ from django.template.loader import render_to_string
 
 from threadmill import api
 
-from .fragments import SegmentWatch, TaskWatch, overview_context, progress_bars, task_context, workers_context
+from .fragments import (
+    SegmentWatch,
+    TaskWatch,
+    WorkflowWatch,
+    overview_context,
+    progress_bars,
+    task_context,
+    workers_context,
+    workflow_context,
+)
 from .security import can_change
 from .templatetags.inspector import progress_bar
 
@@ -92,6 +101,43 @@ def render_task_status(watch: TaskWatch, allowed: bool) -> str:
     return render_to_string(TASK_STATUS, {**context, "oob": True})
 
 
+#: A workflow page's live part: its actions, facts, counts and graph.
+WORKFLOW_GRAPH = "inspector/workflow_detail.html#workflow-graph"
+#: Which changes may move a workflow's counts: a task of its backend acknowledged, or the hub's tick
+#: (the reaper, a cancel or a retry publish nothing a page would otherwise hear).
+WORKFLOW_KINDS = {"queues", "tick"}
+
+
+class WorkflowFollower:
+    """Renders a workflow page's graph when its record's counts moved since the last render, until it is final.
+
+    Each call reads the counts (one HMGET); only a change costs the graph's two round trips and
+    a render. The acquire of a READY task counts nothing, so a node turns RUNNING on the page at
+    the next count change, not when it starts. Called from one thread at a time (the pump's).
+    """
+
+    def __init__(self, watch: WorkflowWatch, allowed: bool) -> None:
+        self.watch, self.allowed = watch, allowed
+        self.seen: api.workflows.WorkflowSummary | None = None
+        #: Whether the last render showed the workflow final (or gone): nothing more will be pushed.
+        self.finished = False
+
+    def __call__(self) -> str:
+        """Return the graph partial for an out-of-band swap, "" when nothing changed or the workflow is gone."""
+        watch = self.watch
+        summary = api.workflows.workflow_summary(watch.alias, watch.workflow_id)
+        if summary == self.seen:
+            return ""
+        try:
+            context = workflow_context(watch.alias, watch.workflow_id, watch.page, self.allowed, watch.query())
+        except api.TaskResultDoesNotExist:
+            self.finished = True
+            return ""
+        # The counts the render read, which may be newer than the HMGET's.
+        self.seen, self.finished = context["summary"], context["summary"].state != "running"
+        return render_to_string(WORKFLOW_GRAPH, {**context, "oob": True})
+
+
 class ConsoleConsumer(AsyncWebsocketConsumer):
     """Pushes a page's live fragment whenever telemetry says it changed, coalesced and paused when hidden."""
 
@@ -105,6 +151,7 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
         query = QueryDict(self.scope.get("query_string", b""))
         self.view = query.get("view", "overview")
         self.progressed: set[str] | None = None
+        self.render: Callable[..., str]
         if self.view == "segment":
             watch = await database_sync_to_async(SegmentWatch.of)(query)
             if watch is not None and watch.segment is api.Segment.RUNNING:
@@ -116,6 +163,11 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
             if task_watch is not None:
                 self.kinds = TASK_KINDS | {f"progress:{task_watch.task_id}"}
                 self.render = partial(render_task_status, task_watch, allowed)
+        elif self.view == "workflow":
+            workflow_watch, allowed = WorkflowWatch.of(query), await database_sync_to_async(can_change)(user)
+            watch = workflow_watch
+            if workflow_watch is not None:
+                self.kinds, self.render = WORKFLOW_KINDS, WorkflowFollower(workflow_watch, allowed)
         elif self.view in FRAGMENTS:
             watch, allowed = True, await database_sync_to_async(can_change)(user)
             self.kinds, self.render = FRAGMENTS[self.view][2], partial(render_fragment, self.view, allowed)
@@ -158,6 +210,9 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
                 html = await database_sync_to_async(render)()
                 if html:
                     await self.send(text_data=html)
+                if getattr(render, "finished", False):
+                    api.hub().unsubscribe(self._on_telemetry)  # a final workflow changes no more
+                    return
             except Exception:
                 logger.exception("Rendering the %s fragment failed.", self.view)
             await asyncio.sleep(interval)  # the rate limit: later changes coalesce into one update

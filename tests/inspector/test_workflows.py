@@ -133,8 +133,9 @@ def test_a_workflow_page_draws_each_task_by_depth_with_its_state(operator_client
     for name, task in run.tasks.items():
         assert f'href="/threadmill/default/task/{task.id}/"' in html, name
     assert 'data-count="failed">2<' in html and 'data-count="successful">1<' in html
-    # Unfinished: the graph refreshes itself.
-    assert 'hx-trigger="every 2s"' in html
+    # Unfinished: the page opens the console's websocket on its workflow, and polls only while it is closed.
+    assert f'ws/?view=workflow&amp;backend=default&amp;workflow={run.id}&amp;page=1"' in html
+    assert 'hx-trigger="every 2s" hx-swap="outerHTML" hx-disinherit="*" data-poll="fallback"' in html
     policy = response.headers["Content-Security-Policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
 
@@ -169,6 +170,7 @@ def test_a_finished_workflow_page_stops_refreshing(operator_client, backend):
     html = operator_client.get(f"/threadmill/workflows/{run.id}/").content.decode()
     assert 'id="workflow-state">successful<' in html
     assert "hx-trigger" not in html.split('id="workflow-graph"')[1].split(">")[0]
+    assert "ws-connect" not in html
 
 
 def test_a_workflow_page_as_an_htmx_request_renders_only_its_graph(operator_client, backend):
