@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
+from urllib.parse import urlencode
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -23,6 +24,7 @@ from threadmill import api
 from .fragments import (
     SegmentWatch,
     TaskWatch,
+    WorkflowListWatch,
     WorkflowWatch,
     overview_context,
     progress_bars,
@@ -31,6 +33,7 @@ from .fragments import (
     workflow_context,
 )
 from .security import can_change
+from .tables import PER_PAGE
 from .templatetags.inspector import progress_bar
 
 logger = logging.getLogger("inspector.live")
@@ -138,6 +141,30 @@ class WorkflowFollower:
         return render_to_string(WORKFLOW_GRAPH, {**context, "oob": True})
 
 
+#: The Workflows list's live part: its total, rows and pages.
+WORKFLOWS_TABLE = "inspector/workflow_list.html#workflows-table"
+
+
+class WorkflowListFollower:
+    """Renders an unfiltered Workflows list when its page's workflows or their counts changed since the last render."""
+
+    def __init__(self, watch: WorkflowListWatch) -> None:
+        self.watch = watch
+        self.seen: api.workflows.WorkflowList | None = None
+
+    def __call__(self) -> str:
+        """Return the list's table for an out-of-band swap, "" when nothing it shows changed (two round trips)."""
+        found = self.watch.found(PER_PAGE)
+        if found == self.seen:
+            return ""
+        self.seen, page = found, self.watch.page
+        context = {
+            "found": found, "state": "", "backend": self.watch.alias, "page": page, "oob": True,
+            "pages": max(1, -(-found.total // PER_PAGE)), "query": QueryDict(urlencode({"backend": self.watch.alias})),
+        }  # fmt: skip
+        return render_to_string(WORKFLOWS_TABLE, context)
+
+
 class ConsoleConsumer(AsyncWebsocketConsumer):
     """Pushes a page's live fragment whenever telemetry says it changed, coalesced and paused when hidden."""
 
@@ -168,6 +195,10 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
             watch = workflow_watch
             if workflow_watch is not None:
                 self.kinds, self.render = WORKFLOW_KINDS, WorkflowFollower(workflow_watch, allowed)
+        elif self.view == "workflows":
+            list_watch = watch = WorkflowListWatch.of(query)
+            if list_watch is not None:
+                self.kinds, self.render = WORKFLOW_KINDS, WorkflowListFollower(list_watch)
         elif self.view in FRAGMENTS:
             watch, allowed = True, await database_sync_to_async(can_change)(user)
             self.kinds, self.render = FRAGMENTS[self.view][2], partial(render_fragment, self.view, allowed)

@@ -221,3 +221,23 @@ class WorkflowWatch:
     def query(self) -> QueryDict:
         """Return the query string the page's links start from: its backend and graph page."""
         return QueryDict(urlencode({"backend": self.alias, "page": self.page}))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowListWatch:
+    """One open, unfiltered Workflows list: its backend alias and page (a filtered one scans records, so is not live)."""
+
+    alias: str
+    page: int
+
+    @classmethod
+    def of(cls, query) -> WorkflowListWatch | None:
+        """Return the watch a websocket's query asks for, or None when it names no known backend or a bad page."""
+        alias, page = query.get("backend", ""), query.get("page", "")
+        if alias not in api.backend_aliases() or not _PAGE.fullmatch(page):
+            return None
+        return cls(alias, int(page))
+
+    def found(self, per_page: int) -> api.workflows.WorkflowList:
+        """Return the page's workflows newest first, as the page reads them (two round trips)."""
+        return api.workflows.workflows(self.alias, first=(self.page - 1) * per_page, count=per_page)

@@ -55,7 +55,8 @@ def workflow_list(request):
         raise Http404(f"There is no page {page} of this list: it has {pages}.")
     context = {
         "active": "workflows", "found": found, "state": state, "states": api.workflows.WORKFLOW_STATES,
-        "backend": alias, "backends": api.backend_aliases(), "page": page, "pages": pages,
+        "backend": alias, "backends": api.backend_aliases(), "page": page, "pages": pages, "query": request.GET,
+        "watch_query": urlencode({"view": "workflows", "backend": alias, "page": str(page)}),
     }  # fmt: skip
     return render(request, _partial(request, "inspector/workflow_list.html", "workflows-table"), context)
 

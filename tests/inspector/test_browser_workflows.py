@@ -184,3 +184,21 @@ def test_a_workflow_page_polls_while_the_socket_is_down(page, live, backend):
     assert polls, "the page never polled with its socket down"
     assert page.get_attribute("html", "data-socket") != "open"
     assert live.stop_worker(worker) == 0
+
+
+def test_the_workflows_list_follows_a_running_workflow_over_the_websocket(page, live, backend):
+    run = _fan("listed fan")
+    polls = _htmx_requests(page)
+    log_in(page, "/threadmill/workflows/")
+    _socket_open(page, polls)
+    row = f'tr[data-workflow="{run.id}"]'
+    assert page.get_attribute(row, "data-state") == "running"
+    worker = live.start_worker()
+    page.wait_for_selector(f'{row}[data-state="successful"]')
+    expect_text(page, f"{row} td:nth-child(7)", "6")  # successful
+    queued = _fan("second fan")
+    page.wait_for_selector(f'tr.workflow[data-workflow="{queued.id}"]')
+    assert page.locator("tr.workflow").first.get_attribute("data-workflow") == queued.id  # newest first
+    assert polls == []
+    assert page.csp_violations == []
+    assert live.stop_worker(worker) == 0

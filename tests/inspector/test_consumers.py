@@ -278,3 +278,26 @@ async def test_a_workflow_page_is_pushed_its_graph_only_when_its_counts_move_unt
 async def test_a_workflow_socket_naming_no_known_workflow_page_is_closed_with_4400(operator, query):
     communicator = await _connect(query.format(id="0" * 32), await _session_cookie(operator))
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4400}
+
+
+async def test_the_workflows_list_is_pushed_when_a_workflow_arrives_or_its_counts_move(operator, raw, backend):
+    run = await sync_to_async(_two_step_workflow)("<i>first</i>")
+    communicator = await _connect("workflows&backend=default&page=1", await _session_cookie(operator))
+    first = await communicator.receive_from(timeout=5)
+    assert first.lstrip().startswith('<div id="workflows-table" hx-swap-oob="true"') and "1 workflow<" in first
+    assert f'data-workflow="{run.id}" data-state="running"' in first and "&lt;i&gt;first&lt;/i&gt;" in first
+    await sync_to_async(raw.publish)(CHANNEL, '{"type":"ingress","queue":"default","count":1}')
+    assert await communicator.receive_nothing(timeout=1.0)  # nothing it shows moved
+    await sync_to_async(_finish_one)(backend)
+    await sync_to_async(_finish_one)(backend)
+    await _next_containing(communicator, f'data-workflow="{run.id}" data-state="successful"')
+    second = await sync_to_async(_two_step_workflow)("second")
+    message = await _next_containing(communicator, f'data-workflow="{second.id}"')
+    assert "2 workflows<" in message and message.index(second.id) < message.index(run.id)  # newest first
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize("query", ["workflows&backend=nope&page=1", "workflows&backend=default&page=x", "workflows"])
+async def test_a_workflows_socket_naming_no_known_list_page_is_closed_with_4400(operator, query):
+    communicator = await _connect(query, await _session_cookie(operator))
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4400}

@@ -85,6 +85,12 @@ def test_the_state_filter_lists_only_workflows_in_that_state(operator_client, ba
     assert running.id in still and done.id not in still
     finished = operator_client.get("/threadmill/workflows/?state=finished").content.decode()
     assert done.id in finished and running.id not in finished
+    # A filtered list scans records, so it is not live; the unfiltered one opens the websocket.
+    assert "ws-connect" not in finished
+    assert (
+        'ws/?view=workflows&amp;backend=default&amp;page=1"'
+        in operator_client.get("/threadmill/workflows/").content.decode()
+    )
 
 
 def test_the_list_pages_fifty_workflows_at_a_time(operator_client, backend):
@@ -94,6 +100,8 @@ def test_the_list_pages_fifty_workflows_at_a_time(operator_client, backend):
     assert "55 workflows · page 1 of 2" in first
     assert all(i in first for i in ids[5:]) and not any(i in first for i in ids[:5])
     assert all(i in second for i in ids[:5])
+    assert 'ws/?view=workflows&amp;backend=default&amp;page=2"' in second
+    assert '<ul class="pagination" hx-boost="false">' in second  # a new page opens its own socket
     assert operator_client.get("/threadmill/workflows/?page=3").status_code == 404
 
 
