@@ -121,6 +121,7 @@ class Fetcher(ProcessHost):
                     self.buffer.clear()
                     self.left_leases = True
                 self._enter(Phase.STOPPED)
+            self.first_fetch_done.set()
             self.finished.set()
 
     def _next_work(self) -> Work | None:
@@ -380,6 +381,8 @@ class Fetcher(ProcessHost):
             # The server may have run the call and leased tasks whose reply was lost.
             self._unanswered.append(token_base)
             raise
+        finally:
+            self.first_fetch_done.set()
         answered_at = time.monotonic()
         # Under --exit-empty an empty fetch ends the process unless a workflow task of its queues can still be
         # released by a task that is ready or running in them: then it waits, as an idle process does.

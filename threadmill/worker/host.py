@@ -56,6 +56,7 @@ class ProcessHost:
     trust_epoch: int
     trust_s: float
     finished: threading.Event
+    first_fetch_done: threading.Event
     default_limit_s: float | None
     watchdog: Watchdog
     timed_out: bool

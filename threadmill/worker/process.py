@@ -131,6 +131,9 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         #: Longest heartbeat gap after which buffered leases are not trusted, seconds.
         self.trust_s = backend.config.worker_timeout * HEARTBEAT_TRUST_SHARE
         self.finished = threading.Event()
+        #: Set once the first acquire was answered, or the fetcher ended without one: the first heartbeat
+        #: waits for it, so the two threads' first calls do not take turns at the GIL before the first task.
+        self.first_fetch_done = threading.Event()
         #: Time limit of a task with none of its own (the alias's `task_timeout`), seconds or None.
         self.default_limit_s = backend.config.task_timeout
         self.watchdog = Watchdog(backend.config.timeout_grace, self._give_up, kill_at)

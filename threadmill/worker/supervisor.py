@@ -174,7 +174,7 @@ class Supervisor:
         kill_at = self._context.RawValue("d", float("inf"))
         process = self._context.Process(
             target=run_worker_process,
-            args=(self.config, os.getpid(), incarnation, kill_at),
+            args=(self.backend, self.config, os.getpid(), incarnation, kill_at),
             name=f"threadmill-worker-{slot}",
         )
         signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)

@@ -59,9 +59,13 @@ class TelemetryPublisher:
         self._thread: threading.Thread | None = None
 
     def run(self) -> None:
-        """Send a heartbeat at once, then every interval until the process finishes."""
-        # The first goes out at start, so the console never shows a fresh worker as missing.
+        """Send a heartbeat once the first fetch is answered (within an interval), then every interval until the process finishes."""
+        # The first goes out as the process starts, so the console never shows a fresh worker as
+        # missing, and a lease it took is not judged by a missing heartbeat: within an interval,
+        # far inside worker_timeout. It waits for the first acquire's answer, so the two calls do
+        # not hand the GIL to and fro on the way to the first task (a quarter of a child's start).
         interval = heartbeat_interval(self.process.backend.config.worker_timeout)
+        self.process.first_fetch_done.wait(interval)
         self.beat()
         while not self.process.finished.wait(interval):
             self.beat()
