@@ -55,6 +55,8 @@ class Supervisor:
         self.backend = backend
         self.config = config
         self.broker = RedisBroker(backend, list(config.queues))
+        # Read and hashed here, before the fork: every child inherits them, instead of doing it again.
+        backend.scripts_for(0)
         self.children: dict[int, tuple[BaseProcess, float]] = {}
         #: Each slot's kill moment, monotonic seconds in shared memory its process keeps (infinity: none).
         self.kill_at: dict[int, Any] = {}
