@@ -76,8 +76,8 @@ if TYPE_CHECKING:
     )
     from .workers import TelemetryHub, WorkerSnapshot, hub
 
-#: The concerns' modules this package names as attributes (`api.controls`), imported at first use.
-_SUBMODULES = frozenset({"controls", "history", "metrics", "schedules", "workflows"})
+#: The concerns' modules, attributes of this package (`api.controls`) as they always were, imported at first use.
+_SUBMODULES = frozenset({"actions", "controls", "history", "metrics", "queues", "schedules", "workers", "workflows"})
 #: Each name re-exported from a concern's module, and that module, imported at first use: a worker's
 #: start needs `queues` alone, and the other concerns' imports cost it about 25 ms.
 _LAZY_NAMES: dict[str, str] = {
