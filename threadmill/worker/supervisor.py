@@ -56,7 +56,7 @@ class Supervisor:
         self.config = config
         #: The broker's duties, made once the first children are forked (`_start_broker`).
         self.broker: RedisBroker
-        # Read and hashed here, before the fork: every child inherits them, instead of doing it again.
+        # Made here, before the fork: every child inherits the wrappers, and the sources read so far.
         backend.scripts_for(0)
         self.children: dict[int, tuple[BaseProcess, float]] = {}
         #: Each slot's kill moment, monotonic seconds in shared memory its process keeps (infinity: none).
