@@ -103,9 +103,10 @@ class Fetcher(ProcessHost):
 
     def _fetch(self) -> None:
         try:
-            self._announce()
             while (work := self._next_work()) is not None:
                 done = self._carry_out(work)
+                if not self.announced.is_set():
+                    self._announce()
                 if work.last:
                     self.left_leases = not done
                     break
@@ -126,7 +127,7 @@ class Fetcher(ProcessHost):
             self.finished.set()
 
     def _announce(self) -> None:
-        """Send the first heartbeat before the first lease, on this thread's connection; a failed beat is logged, not raised."""
+        """Send the first heartbeat after the first acquire, on its connection, as its tasks start; never raises."""
         if self.first_heartbeat is not None:
             self.first_heartbeat()
         self.announced.set()

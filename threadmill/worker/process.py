@@ -5,7 +5,7 @@ leases tasks into the buffer, acknowledges finished ones in batches, writes prog
 looks for abort requests (`aborts.py`). **Consumers** (`consumer.py`) take tasks in lease order
 and never touch the server, except for a suspect (`suspects.py`) and a bounded run whose lease
 must cover its limit (`limits.py`). The heartbeat is sent by the telemetry thread (the first by the
-fetcher, before its first acquire); a long gap
+fetcher, right after its first acquire); a long gap
 between stored heartbeats makes the process distrust what it buffered (`trust.py`). Each
 concern is a mixin of `WorkerProcess`, not an object of its own: they all read and write the
 state `__init__` lists, in the same critical sections under one lock, and their methods stay the

@@ -6,7 +6,7 @@ one script call stores it with the server's time in the workers set (durable: th
 recovers the leases of a worker whose heartbeat grows older than `worker_timeout`) and
 publishes it on the telemetry channel (live: the console). The heartbeat runs on a thread of
 its own, so a busy task cannot starve it; the first goes out from the fetcher, on its connection,
-just before its first acquire. When the process exits it publishes a last snapshot
+right after its first acquire. When the process exits it publishes a last snapshot
 with `"state": "stopped"` and, if no lease on the server names it any more, says goodbye (leaves
 the workers set). Each stored heartbeat is reported to the process, which stops trusting its
 buffered leases after a long gap (`WorkerProcess.heartbeat_confirmed`). Sending never stops the
