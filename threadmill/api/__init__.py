@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from importlib import import_module
+from importlib.util import resolve_name
 from typing import TYPE_CHECKING, Any
 
 from django.tasks.exceptions import TaskResultDoesNotExist
@@ -131,12 +131,16 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and typos stay err
     def __getattr__(name: str) -> Any:
         """Import a re-exported name's module at its first use (PEP 562) and keep the name here."""
         if name in _SUBMODULES:
-            return import_module(f"{__name__}.{name}")
+            return _imported(f".{name}")
         module = _LAZY_NAMES.get(name)
         if module is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = globals()[name] = getattr(import_module(module, __name__), name)
+        value = globals()[name] = getattr(_imported(module), name)
         return value
+
+    def _imported(module: str) -> Any:
+        # `__import__`, as an import statement does: `python -X importtime` does not see importlib.import_module.
+        return __import__(resolve_name(module, __name__), fromlist=["__name__"])
 
     def __dir__() -> list[str]:
         return sorted({*globals(), *_SUBMODULES, *_LAZY_NAMES})
