@@ -30,7 +30,7 @@ from .enqueue_retry import retrying
 from .errors import translate_errors
 from .keys import TASK_FIELDS, THROUGHPUT_COUNTER_TTL_S, ready_score
 from .partitions import names_partition, partition_of
-from .script_source import LuaScript, ScriptHost, script_source
+from .script_source import LuaScript, ScriptHost
 
 if TYPE_CHECKING:
     from ..running_workflow import AddedNode
@@ -45,14 +45,14 @@ READ_BATCH = 1000
 STEPS_PER_CALL = 500
 #: The segments of a task `cancel_workflow` cancels (or, running, asks to abort).
 CANCELLABLE = ("waiting", "ready", "deferred", "running")
-_enqueue_workflow = LuaScript(script_source("enqueue_workflow"))
-_sweep_waiting = LuaScript(script_source("sweep_waiting"))
-_recount_workflows = LuaScript(script_source("recount_workflows"))
-_add_to_workflow = LuaScript(script_source("add_to_workflow"))
-_cancel_workflow = LuaScript(script_source("cancel_workflow"))
-_retry_workflow = LuaScript(script_source("retry_workflow"))
-_continue_settling = LuaScript(script_source("continue_settling"))
-_awaits_release = LuaScript(script_source("awaits_release"))
+_enqueue_workflow = LuaScript.named("enqueue_workflow")
+_sweep_waiting = LuaScript.named("sweep_waiting")
+_recount_workflows = LuaScript.named("recount_workflows")
+_add_to_workflow = LuaScript.named("add_to_workflow")
+_cancel_workflow = LuaScript.named("cancel_workflow")
+_retry_workflow = LuaScript.named("retry_workflow")
+_continue_settling = LuaScript.named("continue_settling")
+_awaits_release = LuaScript.named("awaits_release")
 #: Most continue_settling calls one `finish_settling` makes: 10 settle the largest workflow's fan-out.
 MAX_SETTLE_CALLS = 100
 
