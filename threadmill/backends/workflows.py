@@ -135,14 +135,15 @@ class WorkflowScripts(ScriptHost):
 
     @translate_errors
     def recount_workflows(
-        self, cursor: tuple[int, int], records: int, tasks: int, result_ttl: float
-    ) -> tuple[int, tuple[int, int], bool]:
-        """Count the uncounted final tasks of open records from `cursor` (rank, place in its graph); return (counted, next cursor, at the end)."""
-        k = self.keys
-        counted, rank, index, end = self._run(
-            _recount_workflows, [k.workflows(), k.task_prefix()], [*cursor, records, tasks, int(result_ttl)]
-        )
-        return int(counted), (int(rank), int(index)), bool(end)
+        self, cursor: tuple[int, int], budget: tuple[int, int], result_ttl: float, given: tuple[str, int, Sequence[str]]
+    ) -> tuple[int, tuple[int, int], bool, str]:
+        """Count the uncounted final tasks of open records from `cursor` (rank, place in its graph) within `budget`
+        (records, task hashes); return (counted, next cursor, at the end, the workflow the cursor is inside or "").
+        `given`: (that workflow or "", where its last id ends, its ids after the cursor) the caller read from its graph."""
+        k, (wid, end, ids) = self.keys, given
+        args = [*cursor, *budget, int(result_ttl), wid, end, *ids]
+        counted, rank, index, at_end, inside = self._run(_recount_workflows, [k.workflows(), k.task_prefix()], args)
+        return int(counted), (int(rank), int(index)), bool(at_end), inside.decode()
 
     @translate_errors
     def cancel_workflow(
