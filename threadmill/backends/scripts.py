@@ -55,6 +55,8 @@ class EnqueueReply(NamedTuple):
 
     def without_own(self, prepared: Sequence[Any]) -> EnqueueReply:
         """Drop the entries whose key holder is the entry itself: stored by a retried call's first attempt."""
+        if not self.holders:
+            return self
         own = {index: holder for index, holder in self.holders.items() if holder == prepared[index].id}
         if not own:
             return self
@@ -227,7 +229,7 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         for task_id, payload, segment, ready_score, score in entries:
             keys += [k.task(task_id), k.segment(queue_name, segment)]
             args += [task_id, payload, segment.value, ready_score, score]
-        held = [(i, spec) for i, spec in enumerate(unique, 1) if spec is not None]
+        held = [(i, spec) for i, spec in enumerate(unique, 1) if spec is not None] if unique else ()
         for i, spec in held:
             keys.append(k.unique(spec.digest))
             args += [i, spec.hold_ms, spec.segments]
