@@ -72,7 +72,7 @@ def is_set_up() -> bool:
     (the integrations benchmark).
     """
     # Looked up, not imported: an import statement per enqueue cost more than the rest of this look (#30).
-    api = sys.modules.get("opentelemetry.trace")
+    api: Any = sys.modules.get("opentelemetry.trace")
     if api is None:
         if "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ:
             return False
