@@ -55,6 +55,8 @@ class EnqueueReply(NamedTuple):
 
     def without_own(self, prepared: Sequence[Any]) -> EnqueueReply:
         """Drop the entries whose key holder is the entry itself: stored by a retried call's first attempt."""
+        if not self.holders:
+            return self
         own = {index: holder for index, holder in self.holders.items() if holder == prepared[index].id}
         if not own:
             return self
@@ -179,6 +181,7 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
         unique: Sequence[UniqueSpec | None] = (),
         task_limit: tuple[str, str] = ("", ""),
+        retried: bool = False,
     ) -> EnqueueReply:
         """Store (task id, payload, segment, ready score, score) entries of one queue in one call.
 
@@ -186,11 +189,12 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         scheduled run: nothing is stored when its guard refused it. `unique` gives each entry's
         uniqueness (None: not unique); a duplicate is not stored, and the reply names its holder.
         `task_limit` is (task path, `limits.encode` of its limit) for a task with a per-task limit.
+        `retried` says a first attempt whose reply was lost may have stored some: those are skipped.
 
         With `durable_within_s`, return only once they are in the append-only file; raises
         DurableEnqueueError when the server cannot confirm that within the time.
         """
-        keys, args = self.enqueue_call(queue_name, entries, minute, schedule, unique, task_limit)
+        keys, args = self.enqueue_call(queue_name, entries, minute, schedule, unique, task_limit, retried)
         if durable_within_s is None:
             return EnqueueReply.read(self._run(self._enqueue, keys=keys, args=args))
         stored, synced = self._run_durably(self._enqueue, keys=keys, args=args, wait_s=durable_within_s)
@@ -210,6 +214,7 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
         unique: Sequence[UniqueSpec | None] = (),
         task_limit: tuple[str, str] = ("", ""),
+        retried: bool = False,
     ) -> tuple[list[str], list[Any]]:
         """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
         k = self.keys
@@ -224,12 +229,13 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         for task_id, payload, segment, ready_score, score in entries:
             keys += [k.task(task_id), k.segment(queue_name, segment)]
             args += [task_id, payload, segment.value, ready_score, score]
-        held = [(i, spec) for i, spec in enumerate(unique, 1) if spec is not None]
+        held = [(i, spec) for i, spec in enumerate(unique, 1) if spec is not None] if unique else ()
         for i, spec in held:
             keys.append(k.unique(spec.digest))
             args += [i, spec.hold_ms, spec.segments]
-        keys += [k.task_limits(), k.limited_queues()]
-        args += [*task_limit, len(held)]
+        if task_limit[0]:
+            keys += [k.task_limits(), k.limited_queues()]
+        args += ["1" if retried else "0", *task_limit, len(held)]
         return keys, args
 
     @property
