@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from urllib.parse import urlencode
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -20,8 +21,19 @@ from django.template.loader import render_to_string
 
 from threadmill import api
 
-from .fragments import SegmentWatch, TaskWatch, overview_context, progress_bars, task_context, workers_context
+from .fragments import (
+    SegmentWatch,
+    TaskWatch,
+    WorkflowListWatch,
+    WorkflowWatch,
+    overview_context,
+    progress_bars,
+    task_context,
+    workers_context,
+    workflow_context,
+)
 from .security import can_change
+from .tables import PER_PAGE
 from .templatetags.inspector import progress_bar
 
 logger = logging.getLogger("inspector.live")
@@ -92,6 +104,67 @@ def render_task_status(watch: TaskWatch, allowed: bool) -> str:
     return render_to_string(TASK_STATUS, {**context, "oob": True})
 
 
+#: A workflow page's live part: its actions, facts, counts and graph.
+WORKFLOW_GRAPH = "inspector/workflow_detail.html#workflow-graph"
+#: Which changes may move a workflow's counts: a task of its backend acknowledged, or the hub's tick
+#: (the reaper, a cancel or a retry publish nothing a page would otherwise hear).
+WORKFLOW_KINDS = {"queues", "tick"}
+
+
+class WorkflowFollower:
+    """Renders a workflow page's graph when its record's counts moved since the last render, until it is final.
+
+    Each call reads the counts (one HMGET); only a change costs the graph's two round trips and
+    a render. The acquire of a READY task counts nothing, so a node turns RUNNING on the page at
+    the next count change, not when it starts. Called from one thread at a time (the pump's).
+    """
+
+    def __init__(self, watch: WorkflowWatch, allowed: bool) -> None:
+        self.watch, self.allowed = watch, allowed
+        self.seen: api.workflows.WorkflowSummary | None = None
+        #: Whether the last render showed the workflow final (or gone): nothing more will be pushed.
+        self.finished = False
+
+    def __call__(self) -> str:
+        """Return the graph partial for an out-of-band swap, "" when nothing changed or the workflow is gone."""
+        watch = self.watch
+        summary = api.workflows.workflow_summary(watch.alias, watch.workflow_id)
+        if summary == self.seen:
+            return ""
+        try:
+            context = workflow_context(watch.alias, watch.workflow_id, watch.page, self.allowed, watch.query())
+        except api.TaskResultDoesNotExist:
+            self.finished = True
+            return ""
+        # The counts the render read, which may be newer than the HMGET's.
+        self.seen, self.finished = context["summary"], context["summary"].state != "running"
+        return render_to_string(WORKFLOW_GRAPH, {**context, "oob": True})
+
+
+#: The Workflows list's live part: its total, rows and pages.
+WORKFLOWS_TABLE = "inspector/workflow_list.html#workflows-table"
+
+
+class WorkflowListFollower:
+    """Renders an unfiltered Workflows list when its page's workflows or their counts changed since the last render."""
+
+    def __init__(self, watch: WorkflowListWatch) -> None:
+        self.watch = watch
+        self.seen: api.workflows.WorkflowList | None = None
+
+    def __call__(self) -> str:
+        """Return the list's table for an out-of-band swap, "" when nothing it shows changed (two round trips)."""
+        found = self.watch.found(PER_PAGE)
+        if found == self.seen:
+            return ""
+        self.seen, page = found, self.watch.page
+        context = {
+            "found": found, "state": "", "backend": self.watch.alias, "page": page, "oob": True,
+            "pages": max(1, -(-found.total // PER_PAGE)), "query": QueryDict(urlencode({"backend": self.watch.alias})),
+        }  # fmt: skip
+        return render_to_string(WORKFLOWS_TABLE, context)
+
+
 class ConsoleConsumer(AsyncWebsocketConsumer):
     """Pushes a page's live fragment whenever telemetry says it changed, coalesced and paused when hidden."""
 
@@ -105,6 +178,7 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
         query = QueryDict(self.scope.get("query_string", b""))
         self.view = query.get("view", "overview")
         self.progressed: set[str] | None = None
+        self.render: Callable[..., str]
         if self.view == "segment":
             watch = await database_sync_to_async(SegmentWatch.of)(query)
             if watch is not None and watch.segment is api.Segment.RUNNING:
@@ -116,6 +190,15 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
             if task_watch is not None:
                 self.kinds = TASK_KINDS | {f"progress:{task_watch.task_id}"}
                 self.render = partial(render_task_status, task_watch, allowed)
+        elif self.view == "workflow":
+            workflow_watch, allowed = WorkflowWatch.of(query), await database_sync_to_async(can_change)(user)
+            watch = workflow_watch
+            if workflow_watch is not None:
+                self.kinds, self.render = WORKFLOW_KINDS, WorkflowFollower(workflow_watch, allowed)
+        elif self.view == "workflows":
+            list_watch = watch = WorkflowListWatch.of(query)
+            if list_watch is not None:
+                self.kinds, self.render = WORKFLOW_KINDS, WorkflowListFollower(list_watch)
         elif self.view in FRAGMENTS:
             watch, allowed = True, await database_sync_to_async(can_change)(user)
             self.kinds, self.render = FRAGMENTS[self.view][2], partial(render_fragment, self.view, allowed)
@@ -158,6 +241,9 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
                 html = await database_sync_to_async(render)()
                 if html:
                     await self.send(text_data=html)
+                if getattr(render, "finished", False):
+                    api.hub().unsubscribe(self._on_telemetry)  # a final workflow changes no more
+                    return
             except Exception:
                 logger.exception("Rendering the %s fragment failed.", self.view)
             await asyncio.sleep(interval)  # the rate limit: later changes coalesce into one update

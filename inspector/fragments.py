@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
+from django.http import QueryDict
 from django.urls import NoReverseMatch, reverse
 
 from threadmill import api
@@ -176,3 +177,67 @@ def progress_bars(alias: str, queue_name: str, task_ids) -> list:
         if not isinstance(task, api.UnreadableTask) and task.task.queue_name == queue_name:
             bars.append((task_id, task.progress))
     return bars
+
+
+#: Seconds between the fallback polls of an unfinished workflow's page, while its websocket is not open.
+REFRESH_S = 2
+#: The task states a workflow's page counts and colours, in the order it lists them.
+TASK_STATES = ("WAITING", "DEFERRED", "READY", "RUNNING", "SUCCESSFUL", "FAILED", "UNREADABLE", "EXPIRED")
+#: A graph page's number as a workflow page's websocket URL carries it: ASCII digits, bounded.
+_PAGE = re.compile(r"[1-9][0-9]{0,5}")
+
+
+def workflow_context(alias: str, workflow_id: str, page: int, can_change: bool, query: QueryDict) -> dict:
+    """Return what a workflow's page shows of graph page `page`; `query` is what its page links start from.
+
+    Raises TaskResultDoesNotExist when the workflow is not stored.
+    """
+    graph = api.workflows.workflow(alias, workflow_id, page=page)
+    return {
+        "active": "workflows", "backend": alias, "graph": graph, "summary": graph.summary, "query": query,
+        "can_change": can_change,
+        "state_counts": [(s, graph.states[s]) for s in TASK_STATES if s in graph.states],
+        "refresh_s": REFRESH_S, "paged": graph.pages > 1, "graph_page": api.workflows.GRAPH_PAGE,
+        "watch_query": urlencode({"view": "workflow", "backend": alias, "workflow": workflow_id, "page": graph.page}),
+    }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowWatch:
+    """One open workflow page: its backend alias, workflow id and graph page."""
+
+    alias: str
+    workflow_id: str
+    page: int
+
+    @classmethod
+    def of(cls, query) -> WorkflowWatch | None:
+        """Return the watch a websocket's query asks for, or None when it names no known backend, a bad id or page."""
+        alias, workflow_id, page = (query.get(k, "") for k in ("backend", "workflow", "page"))
+        if alias not in api.backend_aliases() or not _TASK_ID.fullmatch(workflow_id) or not _PAGE.fullmatch(page):
+            return None
+        return cls(alias, workflow_id, int(page))
+
+    def query(self) -> QueryDict:
+        """Return the query string the page's links start from: its backend and graph page."""
+        return QueryDict(urlencode({"backend": self.alias, "page": self.page}))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowListWatch:
+    """One open, unfiltered Workflows list: its backend alias and page (a filtered one scans records, so is not live)."""
+
+    alias: str
+    page: int
+
+    @classmethod
+    def of(cls, query) -> WorkflowListWatch | None:
+        """Return the watch a websocket's query asks for, or None when it names no known backend or a bad page."""
+        alias, page = query.get("backend", ""), query.get("page", "")
+        if alias not in api.backend_aliases() or not _PAGE.fullmatch(page):
+            return None
+        return cls(alias, int(page))
+
+    def found(self, per_page: int) -> api.workflows.WorkflowList:
+        """Return the page's workflows newest first, as the page reads them (two round trips)."""
+        return api.workflows.workflows(self.alias, first=(self.page - 1) * per_page, count=per_page)

@@ -3,8 +3,10 @@
 Read through `threadmill.api.workflows`: a list page is two round trips (a filtered one, two per
 batch of records scanned); a workflow's page draws at most `api.workflows.GRAPH_PAGE` tasks and
 reads only their states, so a 10,000-task workflow is paged, never drawn whole. An unfinished
-workflow's graph, counts and actions refresh by an htmx poll of their partial. Cancel and Retry
-are POSTs, for users with the change permission, audited like the task actions.
+workflow's graph, counts and actions are pushed over the console's websocket when its record's
+counts change (`consumers.WorkflowFollower`), with an htmx poll of their partial only while the
+socket is not open. Cancel and Retry are POSTs, for users with the change permission, audited like
+the task actions.
 """
 
 from __future__ import annotations
@@ -20,14 +22,10 @@ from django.views.decorators.http import require_GET, require_POST
 from threadmill import api
 
 from . import audit
+from .fragments import workflow_context
 from .security import can_change, change_required, console_view
 from .tables import PER_PAGE
 from .views import _page_number, _partial
-
-#: Seconds between refreshes of an unfinished workflow's page.
-REFRESH_S = 2
-#: The task states a workflow's page counts and colours, in the order it lists them.
-TASK_STATES = ("WAITING", "DEFERRED", "READY", "RUNNING", "SUCCESSFUL", "FAILED", "UNREADABLE", "EXPIRED")
 
 
 def _alias(data) -> str:
@@ -57,7 +55,8 @@ def workflow_list(request):
         raise Http404(f"There is no page {page} of this list: it has {pages}.")
     context = {
         "active": "workflows", "found": found, "state": state, "states": api.workflows.WORKFLOW_STATES,
-        "backend": alias, "backends": api.backend_aliases(), "page": page, "pages": pages,
+        "backend": alias, "backends": api.backend_aliases(), "page": page, "pages": pages, "query": request.GET,
+        "watch_query": urlencode({"view": "workflows", "backend": alias, "page": str(page)}),
     }  # fmt: skip
     return render(request, _partial(request, "inspector/workflow_list.html", "workflows-table"), context)
 
@@ -67,15 +66,9 @@ def workflow_list(request):
 def workflow_detail(request, workflow_id: str):
     alias = _workflow_alias(request, workflow_id)
     try:
-        graph = api.workflows.workflow(alias, workflow_id, page=_page_number(request))
+        context = workflow_context(alias, workflow_id, _page_number(request), can_change(request.user), request.GET)
     except api.TaskResultDoesNotExist as e:
         raise Http404(str(e)) from e
-    context = {
-        "active": "workflows", "backend": alias, "graph": graph, "summary": graph.summary,
-        "can_change": can_change(request.user),
-        "state_counts": [(s, graph.states[s]) for s in TASK_STATES if s in graph.states],
-        "refresh_s": REFRESH_S, "paged": graph.pages > 1, "graph_page": api.workflows.GRAPH_PAGE,
-    }  # fmt: skip
     return render(request, _partial(request, "inspector/workflow_detail.html", "workflow-graph"), context)
 
 

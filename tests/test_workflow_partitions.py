@@ -241,3 +241,15 @@ def test_a_quarantine_and_a_delete_settle_a_workflow_in_its_own_partition(backen
             assert backend.delete([run.tasks["top"].id]) == 1
         assert backend.get_result(run.tasks["join"].id).errors[-1].exception_class_path == UPSTREAM_FAILED
         assert backend.client.hmget(keys.workflow(run.id), "failed", "waiting") == [b"4", b"0"]
+
+
+def test_the_broker_drops_expired_workflows_from_every_partitions_index(backend):
+    runs = [_diamond(f"d{i}") for i in range(3)]
+    assert sorted(partition_of(run.id) for run in runs) == [0, 1, 2]
+    for run in runs:  # what a finished record's expiry after a tiny result_ttl leaves
+        backend.client.delete(backend.keys_for(partition_of(run.id)).workflow(run.id))
+    every = BrokerPass(["default", "emails"], range(3), PassFailures(backend))
+
+    Recounter(backend).run_once(every)
+
+    assert [backend.client.zcard(backend.keys_for(p).workflows()) for p in range(3)] == [0, 0, 0]

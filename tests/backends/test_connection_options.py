@@ -59,6 +59,18 @@ def test_connections_name_redis_py_at_its_version_unless_connection_names_the_cl
     assert reported(own) == {("mysite", "1.2")}
 
 
+def test_a_new_connection_asks_for_no_maintenance_notifications(redis_url):
+    # redis-py 8.1 asks for them on every connection under RESP3 unless told not to; Valkey refuses the
+    # command, so each connection of a worker's start paid a round trip for an error.
+    backend = RedisTaskBackend("default", {"REDIS_URL": redis_url, "QUEUES": ["default"]})
+    admin = redis.Redis.from_url(redis_url)
+    admin.config_resetstat()
+    backend.enqueue(tasks.echo, [1], {})  # the thread's raw script connection
+    backend.get_result(backend.enqueue(tasks.echo, [2], {}).id)  # the client's pool
+    assert admin.info("commandstats")["cmdstat_hello"]["calls"] >= 2
+    assert admin.info("errorstats") == {}
+
+
 def test_a_user_and_password_in_connection_log_in_where_the_url_names_none(password_server):
     url = f"redis://127.0.0.1:{password_server.port}/0"
     credentials = {"username": password_server.user, "password": password_server.password}

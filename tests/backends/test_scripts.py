@@ -38,12 +38,12 @@ def test_enqueue_leaves_a_task_already_stored_as_it_is_and_counts_only_the_new_o
     scripts.enqueue("id-1", '{"x":1}', "default", Segment.READY, "100", "100", 42)
     scripts.acquire(["default"], 1, "w", 30, "tok")
     entries = [("id-1", '{"x":1}', Segment.READY, "100", "100"), ("id-2", "{}", Segment.READY, "200", "200")]
-    assert scripts.enqueue_many("default", entries, 42).stored == 1
+    assert scripts.enqueue_many("default", entries, 42, retried=True).stored == 1
     assert raw.hget(T + "id-1", "segment") == b"running"
     assert raw.zrange(Q + "ready", 0, -1) == [b"id-2"]
     assert raw.get(Q + "ingress:42") == b"2"
     assert raw.hget(Q + "totals", "enqueued") == b"2"
-    assert scripts.enqueue_many("default", entries, 42).stored == 0
+    assert scripts.enqueue_many("default", entries, 42, retried=True).stored == 0
     assert raw.hget(Q + "totals", "enqueued") == b"2"
 
 

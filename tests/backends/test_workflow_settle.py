@@ -7,8 +7,11 @@ left to expire on the server's clock, a worker whose heartbeats stop, a cancel t
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from django.tasks import TaskResultStatus, task_backends
+from django.tasks.exceptions import TaskResultDoesNotExist
 
 from tests import tasks
 from tests.backends.conftest import finish, same_server
@@ -277,3 +280,97 @@ def test_deleting_a_ready_parent_from_its_segment_page_fails_its_child(backend):
     assert backend.delete_many("default", segment=Segment.READY, task_ids=[parent.id]) == [parent.id]
     assert _error_path(backend, child.id) == UPSTREAM_FAILED
     assert backend.client.hmget(f"{PREFIX}:workflow:{run.id}", "failed", "waiting") == [b"2", b"0"]
+
+
+def test_purging_the_ready_segment_fails_a_parents_child_and_finishes_the_workflow(backend):
+    run, (_parent, child) = _chain("cancel")
+    assert backend.purge("default", segment=Segment.READY) == 1
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    _settled_once(backend, run, failed=2)
+
+
+def test_purging_the_deferred_segment_releases_a_child_whose_policy_is_run(backend):
+    wf = Workflow()
+    parent = wf.add(tasks.echo.using(run_after=datetime.now(UTC) + timedelta(hours=1)), ("later",))
+    child = wf.add(tasks.echo, ("run",), after=[parent], on_parent_failure="run")
+    run = wf.enqueue()
+    assert backend.get_result(parent.id).segment is Segment.DEFERRED
+    assert backend.purge("default", segment=Segment.DEFERRED) == 1
+    assert backend.get_result(child.id).segment is Segment.READY
+    assert _counts(backend, run) == {"WAITING": 0, "READY": 1, "RUNNING": 0, "SUCCESSFUL": 0, "FAILED": 1}
+
+
+def test_purging_the_running_segment_counts_the_task_once_and_its_acknowledgement_is_refused(backend):
+    run, (_parent, child) = _chain("cancel")
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.purge("default", segment=Segment.RUNNING) == 1
+    assert finish(backend, leased) is False
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    assert backend.purge("default", segment=Segment.RUNNING) == 0
+    _settled_once(backend, run, failed=2)
+
+
+def test_purging_the_successful_segment_leaves_a_finished_workflows_record_as_it_was(backend):
+    run, _nodes = _chain("cancel")
+    for _ in range(2):
+        assert finish(backend, backend.acquire("default", worker="w")[0]) is True
+    record = f"{PREFIX}:workflow:{run.id}"
+    finished = backend.client.hmget(record, "finished_at", "successful", "failed")
+    assert backend.purge("default", segment=Segment.SUCCESSFUL) == 2
+    assert backend.client.hmget(record, "finished_at", "successful", "failed") == finished
+
+
+def test_a_purge_past_one_calls_budget_counts_each_task_once_and_the_sweeper_settles_the_rest(backend):
+    wf = Workflow()
+    wide, narrow = wf.add(tasks.echo, ("wide",)), wf.add(tasks.echo, ("narrow",))
+    for i in range(1100):  # past the 1,000 children one call visits (lib/workflow's WORKFLOW_BUDGET)
+        wf.add(tasks.echo, (i,), after=[wide])
+    last = wf.add(tasks.echo, ("last",), after=[narrow])
+    run = wf.enqueue()
+    assert backend.purge("default", segment=Segment.READY) == 2
+    assert _error_path(backend, last.id) == UPSTREAM_FAILED
+    assert backend.client.zcard(f"{PREFIX}:default:waiting") == 100
+    # The purged parent's mark that it was counted outlives its hash, so the sweep settles the rest uncounted.
+    assert 0 < backend.client.ttl(f"{PREFIX}:task:{wide.id}") <= backend.config.result_ttl
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result(wide.id)  # the mark is no task
+    assert Sweeper(backend).sweep("default", 0) == 1
+    _settled_once(backend, run, failed=1103)
+
+
+def test_a_plain_purge_sends_the_commands_it_sent_before_workflows_settled(backend):
+    tasks.echo.enqueue(0)
+    assert backend.purge("default", segment=Segment.READY) == 1  # loads the script
+    for i in range(3):
+        tasks.echo.enqueue(i)
+    backend.client.config_resetstat()
+    assert backend.purge("default", segment=Segment.READY) == 3
+    stats = backend.client.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): stat["calls"] for name, stat in stats.items()}
+    del calls["config|resetstat"]
+    # Two calls (the batch, then the empty one that ends the loop); per task one HMGET, one DEL, one ZREM.
+    assert calls == {"evalsha": 2, "zrange": 2, "hmget": 3, "del": 3, "zrem": 3}
+
+
+def test_a_delete_past_one_calls_budget_counts_the_task_once_when_the_sweeper_settles_the_rest(backend):
+    wf = Workflow()
+    wide = wf.add(tasks.echo, ("wide",))
+    for i in range(1100):
+        wf.add(tasks.echo, (i,), after=[wide])
+    run = wf.enqueue()
+    assert backend.delete([wide.id]) == 1
+    assert Sweeper(backend).sweep("default", 0) == 1
+    _settled_once(backend, run, failed=1101)
+
+
+def test_the_mark_the_sweeper_leaves_for_a_parent_whose_hash_is_gone_expires_with_the_results(backend):
+    run, (parent, child) = _chain("cancel")
+    # What an expired parent or an older release's delete leaves: no hash, its child still waiting on it.
+    key = f"{PREFIX}:task:{parent.id}"
+    backend.client.delete(key)
+    backend.client.zrem(f"{PREFIX}:default:ready", parent.id)
+    assert Sweeper(backend).sweep("default", 0) == 1
+    assert _error_path(backend, child.id) == UPSTREAM_FAILED
+    assert backend.client.hgetall(key) == {b"counted": b"1"}
+    assert 0 < backend.client.ttl(key) <= backend.config.result_ttl
+    _settled_once(backend, run, failed=2)

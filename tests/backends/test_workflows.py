@@ -12,8 +12,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus, task_backends
 
 from tests import tasks
+from tests.backends.conftest import same_server
 from tests.worker.conftest import start_worker, wait_until  # noqa: F401 - start_worker is a fixture
 from threadmill.backends import codec
+from threadmill.backends.broker import RedisBroker
 from threadmill.backends.broker.passes import BrokerPass, PassFailures
 from threadmill.backends.broker.recounter import Recounter
 from threadmill.backends.broker.sweeper import Sweeper
@@ -298,3 +300,80 @@ def test_the_recounter_on_a_server_without_workflows_sends_one_script_running_on
     assert Recounter(backend).recount() == 0
     calls = {name: row["calls"] for name, row in backend.client.info("commandstats").items()}
     assert calls == {"cmdstat_config|resetstat": 1, "cmdstat_evalsha": 1, "cmdstat_zrange": 1}
+
+
+def _commands(backend) -> int:
+    return sum(stat["calls"] for name, stat in backend.client.info("commandstats").items() if name != "cmdstat_info")
+
+
+def test_a_fan_in_parent_whose_child_still_waits_adds_six_commands_to_its_acknowledgement(backend):
+    # Its counted mark and count, its children popped, the child's fields, its pending set and whether that
+    # emptied: the record's counts are not read while a child is left open.
+    wf = Workflow()
+    parents = [wf.add(tasks.echo, (i,)) for i in range(3)]
+    wf.add(tasks.echo, after=parents, name="join")
+    run = wf.enqueue()
+    for i in range(2):
+        tasks.echo.enqueue(f"plain {i}")
+    leased = backend.acquire("default", count=5, worker="w")
+    workflow_task, plain = leased[0], leased[3:]
+    assert backend.acknowledge(_succeeded(plain[0])) is True  # this minute's counters made: the next pays no EXPIRE
+    before = _commands(backend)
+    assert backend.acknowledge(_succeeded(plain[1])) is True
+    plain_cost = _commands(backend) - before
+    before = _commands(backend)
+    assert backend.acknowledge(_succeeded(workflow_task)) is True
+    assert _commands(backend) - before == plain_cost + 6
+    for parent in leased[1:3]:
+        assert backend.acknowledge(_succeeded(parent)) is True
+    assert backend.get_result(run.tasks["join"].id).segment is Segment.READY
+
+
+def test_the_brokers_first_pass_leaves_the_sweep_to_one_interval_later(backend, previous_acknowledge):
+    # A pool's start drains what queued meanwhile; a sweep then would scan every waiting task beside it.
+    _run, _parent, child = _chain(backend)
+    leased = backend.acquire("default", worker="w")[0]
+    assert backend.acknowledge(_succeeded(leased)) is True
+    broker = RedisBroker(backend, ["default"])
+    broker.run_once(due_only=True)
+    assert backend.get_result(child.id).segment is Segment.WAITING
+    assert {name for name, at in broker._due_at.items() if at > time.monotonic()} >= {"sweeper", "recounter"}
+    broker._due_at["sweeper"] -= DEFAULT_SWEEP_INTERVAL_S  # one interval later
+    broker.run_once(due_only=True)
+    assert backend.get_result(child.id).segment is Segment.READY
+
+
+def _calls(backend, *names: str) -> list[int]:
+    stats = backend.client.info("commandstats")
+    return [stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names]
+
+
+def test_a_release_moves_its_children_to_ready_in_one_zrem_and_one_zadd(backend):
+    wf = Workflow()
+    root = wf.add(tasks.echo, ("root",))
+    children = [wf.add(tasks.echo, (i,), after=[root]) for i in range(3)]
+    run = wf.enqueue()
+    leased = backend.acquire("default", worker="w")[0]
+    before = _calls(backend, "zadd", "zrem", "hincrby")
+    assert backend.acknowledge(_succeeded(leased)) is True
+    after = _calls(backend, "zadd", "zrem", "hincrby")
+    # The root's own: ZADD to successful, ZREM from running, HINCRBY of its count and its queue's totals.
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1 + 1, 1 + 1, 2 + 1]
+    assert {backend.get_result(child.id).segment for child in children} == {Segment.READY}
+    assert backend.get_workflow(run.id).counts["WAITING"] == 0
+
+
+def test_a_finished_workflow_leaves_the_index_once_its_record_expired_and_an_open_one_stays(backend):
+    short = RedisTaskBackend("default", same_server(backend, QUEUES=["default"], OPTIONS={"result_ttl": 1}))
+    finished, _parent, _child = _chain(backend)
+    for _ in range(2):
+        assert short.acknowledge(_succeeded(short.acquire("default", worker="w")[0]))
+    still_open, _, _ = _chain(backend)
+    index, record = f"{PREFIX}:workflows", f"{PREFIX}:workflow:{finished.id}"
+    wait_until(lambda: not backend.client.exists(record), "the finished workflow's record expired", timeout=5)
+    assert backend.client.zcard(index) == 2  # nothing but a pass takes it out
+
+    Recounter(backend).run_once(BrokerPass(["default"], range(1), PassFailures(backend)))
+
+    assert backend.client.zrange(index, 0, -1) == [still_open.id.encode()]
+    assert Recounter(backend).recount() == 0 and backend.client.zcard(index) == 1

@@ -36,6 +36,11 @@ CONSOLE = {*CONSOLE_SERVER, "channels", "inspector", "django_htmx", "django_tabl
 PROPAGATION = ("opentelemetry.propagators", "opentelemetry.propagate", "opentelemetry.trace.propagation.tracecontext")
 #: The modules of the subcommands a worker's command line does not name (`run` starts an embedded Valkey).
 OTHER_SUBCOMMANDS = {path for name, path in SUBCOMMANDS.items() if name != "worker"} | {"threadmill.embedded"}
+#: The tooling API's concerns a worker does not use: it finds and checks its backend through `queues` alone.
+OTHER_API_CONCERNS = {
+    f"threadmill.api.{name}"
+    for name in ("actions", "controls", "history", "metrics", "schedules", "workflows", "workers")
+}
 #: The OpenTelemetry modules only tracing uses (threadmill's spans and their W3C context).
 TRACING = ("opentelemetry.trace", "opentelemetry.propagators", "opentelemetry.propagate")
 
@@ -74,6 +79,8 @@ def test_a_project_without_the_console_imports_neither_its_stack_nor_prometheus_
     assert not {name for name in imported if name.partition(".")[0] in CONSOLE}
     assert "threadmill.integrations.otel" in imported
     assert not imported & OTHER_SUBCOMMANDS
+    assert "threadmill.api.queues" in imported
+    assert not imported & OTHER_API_CONCERNS
     assert not {name for name in imported if name.startswith(TRACING)}
     # Linux tells a snapshot's CPU and memory without psutil (threadmill/worker/usage.py).
     assert "psutil" not in imported or not STATM.exists()

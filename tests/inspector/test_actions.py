@@ -224,3 +224,22 @@ def test_a_task_page_s_requeue_leaves_a_task_that_left_the_segment_the_page_show
     assert csrf_post(operator_client, url, {"seen": "finished"}).status_code == 400
     assert csrf_post(operator_client, url, {"seen": "successful"}).status_code == 302
     assert raw.hget("threadmill:{default}:task:" + task_id, "segment") == b"ready"
+
+
+def test_purging_the_ready_segment_settles_a_workflow_task_there(operator_client, raw):
+    from django.tasks import task_backends
+
+    from tests.tasks import echo
+    from threadmill.workflows import Workflow
+
+    wf = Workflow(name="purged")
+    parent = wf.add(echo, ("parent",))
+    child = wf.add(echo, ("child",), after=[parent])
+    run = wf.enqueue()
+    done = csrf_post(operator_client, "/threadmill/default/default/ready/purge/", {"confirm": "default"})
+    assert done.status_code == 302
+    backend = task_backends["default"]
+    error = backend.get_result(child.id).errors[-1]
+    assert error.exception_class_path == "threadmill.exceptions.UpstreamFailed"
+    assert backend.get_workflow(run.id).counts["FAILED"] == 2
+    assert raw.ttl("threadmill:{default}:workflow:" + run.id) > 0  # finished: it expires with the results

@@ -1,7 +1,8 @@
 """End to end in real Chromium: the Workflows list and its filter, a 50-task graph a real pool runs, a 10,000-task graph.
 
 The console runs in daphne and the pool as `manage.py threadmill worker`, on the session's
-Valkey. The 10,000-task page's time is measured in the browser (its navigation entry, from the
+Valkey. While a workflow page's websocket is open its fallback poll is skipped, so a page that
+reaches its final state with no htmx request made was followed over the socket. The 10,000-task page's time is measured in the browser (its navigation entry, from the
 request to the load event) and bounded: the page draws one page of `GRAPH_PAGE` tasks.
 """
 
@@ -19,6 +20,7 @@ from tests.inspector.test_browser import (  # noqa: F401 - fixtures
     page,
     shot,
 )
+from tests.inspector.test_browser_live_progress import _htmx_requests, _socket_open
 from threadmill.api.workflows import GRAPH_PAGE
 
 pytestmark = pytest.mark.browser
@@ -87,7 +89,7 @@ def test_a_fifty_task_workflow_is_drawn_by_layer_and_follows_its_pool_live(page,
     assert [page.locator(f'section.layer[data-depth="{d}"] a.node').count() for d in range(4)] == [1, 8, 40, 1]
     assert page.locator('a.node[data-state="WAITING"]').count() == 49
     worker = live.start_worker()
-    # The page refreshes its graph by itself (an htmx poll) until the workflow is final.
+    # The page follows the workflow by itself (pushed over the websocket) until it is final.
     expect_text(page, "#workflow-state", "failed")
     assert page.locator('a.node[data-state="SUCCESSFUL"]').count() == 48
     failed = page.locator('a.node[data-state="FAILED"]')
@@ -141,3 +143,61 @@ def test_a_ten_thousand_task_workflow_page_draws_one_page_in_bounded_time(page, 
     page.wait_for_url(re.compile(r".*page=49$"))
     assert page.locator("a.node").count() == GRAPH_PAGE
     assert page.csp_violations == []
+
+
+def _fan(name: str):
+    """Enqueue six tasks: a root, four after it and a join after those four."""
+    from tests.tasks import echo
+    from threadmill.workflows import Workflow
+
+    wf = Workflow(name=name)
+    root = wf.add(echo, ("root",), name="root")
+    wf.add(echo, ("join",), after=[wf.add(echo, (i,), after=[root], name=f"step-{i}") for i in range(4)], name="join")
+    return wf.enqueue()
+
+
+def test_a_workflow_page_follows_its_pool_to_successful_over_the_websocket_with_no_poll(page, live, backend):
+    run = _fan("live fan")
+    polls = _htmx_requests(page)
+    log_in(page, f"/threadmill/workflows/{run.id}/")
+    _socket_open(page, polls)
+    assert page.locator('a.node[data-state="WAITING"]').count() == 5
+    worker = live.start_worker()
+    expect_text(page, "#workflow-state", "successful")
+    assert page.locator('a.node[data-state="SUCCESSFUL"]').count() == 6
+    expect_text(page, '#workflow-counts [data-count="successful"]', "6")
+    assert polls == [], "a poll ran while the socket was open"
+    assert page.get_attribute("html", "data-socket") == "open"
+    assert page.csp_violations == []
+    assert live.stop_worker(worker) == 0
+
+
+def test_a_workflow_page_polls_while_the_socket_is_down(page, live, backend):
+    page.route_web_socket(re.compile(r".*/threadmill/ws/.*"), lambda socket: socket.close())
+    run = _fan("polled fan")
+    polls = _htmx_requests(page)
+    log_in(page, f"/threadmill/workflows/{run.id}/")
+    worker = live.start_worker()
+    expect_text(page, "#workflow-state", "successful")
+    assert page.locator('a.node[data-state="SUCCESSFUL"]').count() == 6
+    assert polls, "the page never polled with its socket down"
+    assert page.get_attribute("html", "data-socket") != "open"
+    assert live.stop_worker(worker) == 0
+
+
+def test_the_workflows_list_follows_a_running_workflow_over_the_websocket(page, live, backend):
+    run = _fan("listed fan")
+    polls = _htmx_requests(page)
+    log_in(page, "/threadmill/workflows/")
+    _socket_open(page, polls)
+    row = f'tr[data-workflow="{run.id}"]'
+    assert page.get_attribute(row, "data-state") == "running"
+    worker = live.start_worker()
+    page.wait_for_selector(f'{row}[data-state="successful"]')
+    expect_text(page, f"{row} td:nth-child(7)", "6")  # successful
+    queued = _fan("second fan")
+    page.wait_for_selector(f'tr.workflow[data-workflow="{queued.id}"]')
+    assert page.locator("tr.workflow").first.get_attribute("data-workflow") == queued.id  # newest first
+    assert polls == []
+    assert page.csp_violations == []
+    assert live.stop_worker(worker) == 0

@@ -206,3 +206,98 @@ async def test_a_segment_page_is_told_how_many_new_tasks_arrived_since_it_was_re
 async def test_a_segment_socket_naming_no_known_segment_is_closed_with_4400(operator, query):
     communicator = await _connect(query, await _session_cookie(operator))
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4400}
+
+
+def _two_step_workflow(name: str):
+    """Enqueue a workflow of two tasks, the second after the first; an HTML-looking name tests the escaping."""
+    from tests.tasks import echo
+    from threadmill.workflows import Workflow
+
+    wf = Workflow(name=name)
+    wf.add(echo, ("after",), after=[wf.add(echo, ("first",), name="first")], name="second")
+    return wf.enqueue()
+
+
+def _finish_one(backend) -> None:
+    from tests.inspector.conftest import finish
+
+    (leased,) = backend.acquire("default", count=1, worker="ghost:1")
+    finish(backend, leased)
+
+
+async def _next_containing(communicator, needle: str, timeout: float = 10) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = await _next(communicator, 0.5)
+        if message and needle in message:
+            return message
+    raise AssertionError(f"no update containing {needle!r} within {timeout} s")
+
+
+async def test_a_non_staff_socket_is_refused_a_workflow_with_4403(db):
+    from django.contrib.auth.models import User
+
+    run = await sync_to_async(_two_step_workflow)("secret import")
+    user = await sync_to_async(User.objects.create_user)("plain", password="pw")
+    communicator = await _connect(f"workflow&backend=default&workflow={run.id}&page=1", await _session_cookie(user))
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+
+
+async def test_a_workflow_page_is_pushed_its_graph_only_when_its_counts_move_until_it_is_final(operator, raw, backend):
+    run = await sync_to_async(_two_step_workflow)("<b>nightly</b>")
+    communicator = await _connect(f"workflow&backend=default&workflow={run.id}&page=1", await _session_cookie(operator))
+    first = await communicator.receive_from(timeout=5)
+    assert first.lstrip().startswith('<div id="workflow-graph" hx-swap-oob="true"') and 'data-poll="fallback"' in first
+    assert 'data-count="waiting">1<' in first and "&lt;b&gt;nightly&lt;/b&gt;" in first and "<b>nightly" not in first
+    for _ in range(5):  # telemetry that moves no count of this workflow pushes nothing
+        await sync_to_async(raw.publish)(CHANNEL, '{"type":"ingress","queue":"default","count":1}')
+    assert await communicator.receive_nothing(timeout=1.0)
+    await sync_to_async(_finish_one)(backend)
+    message = await _next_containing(communicator, 'data-count="successful">1<')
+    assert 'data-count="waiting">0<' in message and 'id="workflow-state">running<' in message
+    await sync_to_async(_finish_one)(backend)
+    message = await _next_containing(communicator, 'id="workflow-state">successful<')
+    assert 'data-count="successful">2<' in message and "data-poll" not in message
+    # Final: a change of its record (here its name) and the telemetry that would carry it push nothing more.
+    await sync_to_async(raw.hset)(backend.task_keys(run.id).workflow(run.id), "name", "renamed")
+    await sync_to_async(raw.publish)(CHANNEL, '{"type":"egress","queue":"default","count":1}')
+    assert await communicator.receive_nothing(timeout=1.0)
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "workflow&backend=nope&workflow={id}&page=1",
+        "workflow&backend=default&workflow=%3Cscript%3E&page=1",
+        "workflow&backend=default&workflow={id}&page=0",
+        "workflow&backend=default&workflow={id}&page=" + "9" * 5000,
+        "workflow&backend=default&workflow={id}",
+    ],
+)
+async def test_a_workflow_socket_naming_no_known_workflow_page_is_closed_with_4400(operator, query):
+    communicator = await _connect(query.format(id="0" * 32), await _session_cookie(operator))
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4400}
+
+
+async def test_the_workflows_list_is_pushed_when_a_workflow_arrives_or_its_counts_move(operator, raw, backend):
+    run = await sync_to_async(_two_step_workflow)("<i>first</i>")
+    communicator = await _connect("workflows&backend=default&page=1", await _session_cookie(operator))
+    first = await communicator.receive_from(timeout=5)
+    assert first.lstrip().startswith('<div id="workflows-table" hx-swap-oob="true"') and "1 workflow<" in first
+    assert f'data-workflow="{run.id}" data-state="running"' in first and "&lt;i&gt;first&lt;/i&gt;" in first
+    await sync_to_async(raw.publish)(CHANNEL, '{"type":"ingress","queue":"default","count":1}')
+    assert await communicator.receive_nothing(timeout=1.0)  # nothing it shows moved
+    await sync_to_async(_finish_one)(backend)
+    await sync_to_async(_finish_one)(backend)
+    await _next_containing(communicator, f'data-workflow="{run.id}" data-state="successful"')
+    second = await sync_to_async(_two_step_workflow)("second")
+    message = await _next_containing(communicator, f'data-workflow="{second.id}"')
+    assert "2 workflows<" in message and message.index(second.id) < message.index(run.id)  # newest first
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize("query", ["workflows&backend=nope&page=1", "workflows&backend=default&page=x", "workflows"])
+async def test_a_workflows_socket_naming_no_known_list_page_is_closed_with_4400(operator, query):
+    communicator = await _connect(query, await _session_cookie(operator))
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4400}

@@ -85,6 +85,12 @@ def test_the_state_filter_lists_only_workflows_in_that_state(operator_client, ba
     assert running.id in still and done.id not in still
     finished = operator_client.get("/threadmill/workflows/?state=finished").content.decode()
     assert done.id in finished and running.id not in finished
+    # A filtered list scans records, so it is not live; the unfiltered one opens the websocket.
+    assert "ws-connect" not in finished
+    assert (
+        'ws/?view=workflows&amp;backend=default&amp;page=1"'
+        in operator_client.get("/threadmill/workflows/").content.decode()
+    )
 
 
 def test_the_list_pages_fifty_workflows_at_a_time(operator_client, backend):
@@ -94,6 +100,8 @@ def test_the_list_pages_fifty_workflows_at_a_time(operator_client, backend):
     assert "55 workflows · page 1 of 2" in first
     assert all(i in first for i in ids[5:]) and not any(i in first for i in ids[:5])
     assert all(i in second for i in ids[:5])
+    assert 'ws/?view=workflows&amp;backend=default&amp;page=2"' in second
+    assert '<ul class="pagination" hx-boost="false">' in second  # a new page opens its own socket
     assert operator_client.get("/threadmill/workflows/?page=3").status_code == 404
 
 
@@ -133,8 +141,9 @@ def test_a_workflow_page_draws_each_task_by_depth_with_its_state(operator_client
     for name, task in run.tasks.items():
         assert f'href="/threadmill/default/task/{task.id}/"' in html, name
     assert 'data-count="failed">2<' in html and 'data-count="successful">1<' in html
-    # Unfinished: the graph refreshes itself.
-    assert 'hx-trigger="every 2s"' in html
+    # Unfinished: the page opens the console's websocket on its workflow, and polls only while it is closed.
+    assert f'ws/?view=workflow&amp;backend=default&amp;workflow={run.id}&amp;page=1"' in html
+    assert 'hx-trigger="every 2s" hx-swap="outerHTML" hx-disinherit="*" data-poll="fallback"' in html
     policy = response.headers["Content-Security-Policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
 
@@ -169,6 +178,7 @@ def test_a_finished_workflow_page_stops_refreshing(operator_client, backend):
     html = operator_client.get(f"/threadmill/workflows/{run.id}/").content.decode()
     assert 'id="workflow-state">successful<' in html
     assert "hx-trigger" not in html.split('id="workflow-graph"')[1].split(">")[0]
+    assert "ws-connect" not in html
 
 
 def test_a_workflow_page_as_an_htmx_request_renders_only_its_graph(operator_client, backend):

@@ -19,59 +19,132 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any
+from importlib.util import resolve_name
+from typing import TYPE_CHECKING, Any
 
 from django.tasks.exceptions import TaskResultDoesNotExist
 
 from ..attempts import ATTEMPTS_KEPT, Timeline, timeline_of
-from ..backends.cancelling import default_canceller
-from ..backends.merge import Cursor, KeysetPage
-from ..backends.tooling.actions import CancelOutcome
-from ..backends.tooling.controls import LimitState
-from ..backends.tooling.metrics import TaskLimitState
 from ..base import DELETABLE_SEGMENTS, REQUEUEABLE_SEGMENTS, WAITING_NOT_DELETABLE, PausedQueue, Segment, UnreadableTask
 from ..identity import WorkerName
 from ..limits import QueueLimit
-from . import controls, history, metrics, schedules, workflows
-from .actions import (
-    CANCEL_VIEW_LIMIT,
-    CANCELLABLE_SEGMENTS,
-    Cancelled,
-    Requeued,
-    cancel,
-    cancel_selected,
-    cancel_view,
-    count_selected,
-    count_view,
-    delete,
-    live_in_selection,
-    live_in_view,
-    purge,
-    requeue,
-    requeue_selected,
-    requeue_view,
-)
-from .queues import (
-    FILTER_SCAN_LIMIT,
-    MEMORY_WARNING_SHARE,
-    NO_FILTER,
-    Filter,
-    SegmentPage,
-    ServerMemory,
-    backend_aliases,
-    decode_cursor,
-    encode_cursor,
-    get_backend,
-    has_queue,
-    is_partitioned,
-    keyset_page,
-    natural_newest_first,
-    page,
-    server_memory,
-    task,
-    unreachable_backends,
-)
-from .workers import TelemetryHub, WorkerSnapshot, hub, parse_worker_event
+
+if TYPE_CHECKING:
+    from ..backends.cancelling import default_canceller
+    from ..backends.merge import Cursor, KeysetPage
+    from ..backends.tooling.actions import CancelOutcome
+    from ..backends.tooling.controls import LimitState
+    from ..backends.tooling.metrics import TaskLimitState
+    from . import controls, history, metrics, schedules, workflows
+    from .actions import (
+        CANCEL_VIEW_LIMIT,
+        CANCELLABLE_SEGMENTS,
+        Cancelled,
+        Requeued,
+        cancel,
+        cancel_selected,
+        cancel_view,
+        count_selected,
+        count_view,
+        delete,
+        live_in_selection,
+        live_in_view,
+        purge,
+        requeue,
+        requeue_selected,
+        requeue_view,
+    )
+    from .queues import (
+        FILTER_SCAN_LIMIT,
+        MEMORY_WARNING_SHARE,
+        NO_FILTER,
+        Filter,
+        SegmentPage,
+        ServerMemory,
+        backend_aliases,
+        decode_cursor,
+        encode_cursor,
+        get_backend,
+        has_queue,
+        is_partitioned,
+        keyset_page,
+        natural_newest_first,
+        page,
+        server_memory,
+        task,
+        unreachable_backends,
+    )
+    from .workers import TelemetryHub, WorkerSnapshot, hub
+
+#: The concerns' modules, attributes of this package (`api.controls`) as they always were, imported at first use.
+_SUBMODULES = frozenset({"actions", "controls", "history", "metrics", "queues", "schedules", "workers", "workflows"})
+#: Each name re-exported from a concern's module, and that module, imported at first use: a worker's
+#: start needs `queues` alone, and the other concerns' imports cost it about 25 ms.
+_LAZY_NAMES: dict[str, str] = {
+    "default_canceller": "..backends.cancelling",
+    "Cursor": "..backends.merge",
+    "KeysetPage": "..backends.merge",
+    "CancelOutcome": "..backends.tooling.actions",
+    "LimitState": "..backends.tooling.controls",
+    "TaskLimitState": "..backends.tooling.metrics",
+    "CANCEL_VIEW_LIMIT": ".actions",
+    "CANCELLABLE_SEGMENTS": ".actions",
+    "Cancelled": ".actions",
+    "Requeued": ".actions",
+    "cancel": ".actions",
+    "cancel_selected": ".actions",
+    "cancel_view": ".actions",
+    "count_selected": ".actions",
+    "count_view": ".actions",
+    "delete": ".actions",
+    "live_in_selection": ".actions",
+    "live_in_view": ".actions",
+    "purge": ".actions",
+    "requeue": ".actions",
+    "requeue_selected": ".actions",
+    "requeue_view": ".actions",
+    "FILTER_SCAN_LIMIT": ".queues",
+    "MEMORY_WARNING_SHARE": ".queues",
+    "NO_FILTER": ".queues",
+    "Filter": ".queues",
+    "SegmentPage": ".queues",
+    "ServerMemory": ".queues",
+    "backend_aliases": ".queues",
+    "decode_cursor": ".queues",
+    "encode_cursor": ".queues",
+    "get_backend": ".queues",
+    "has_queue": ".queues",
+    "is_partitioned": ".queues",
+    "keyset_page": ".queues",
+    "natural_newest_first": ".queues",
+    "page": ".queues",
+    "server_memory": ".queues",
+    "task": ".queues",
+    "unreachable_backends": ".queues",
+    "TelemetryHub": ".workers",
+    "WorkerSnapshot": ".workers",
+    "hub": ".workers",
+}
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and typos stay errors
+
+    def __getattr__(name: str) -> Any:
+        """Import a re-exported name's module at its first use (PEP 562) and keep the name here."""
+        if name in _SUBMODULES:
+            return _imported(f".{name}")
+        module = _LAZY_NAMES.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = globals()[name] = getattr(_imported(module), name)
+        return value
+
+    def _imported(module: str) -> Any:
+        # `__import__`, as an import statement does: `python -X importtime` does not see importlib.import_module.
+        return __import__(resolve_name(module, __name__), fromlist=["__name__"])
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_SUBMODULES, *_LAZY_NAMES})
+
 
 logger = logging.getLogger("threadmill.api")
 
@@ -183,6 +256,8 @@ def sliding_minute(per_minute: list[int], elapsed: float) -> int:
 
 def overview(now: float | None = None) -> list[QueueSummary]:
     """Return a summary of every queue of every threadmill backend."""
+    from .queues import backend_aliases, get_backend
+
     now = time.time() if now is None else now
     workers = known_workers(now)
     out = []
@@ -217,6 +292,8 @@ def status_report(alias: str, now: float) -> dict[str, Any]:
 
     What `threadmill status --json` prints: the command-line guide (docs/how-to/command-line.md) names each field.
     """
+    from .queues import get_backend
+
     backend = get_backend(alias)
     stats = backend.queue_stats()
     oldest = backend.oldest_ready_enqueued_at(list(stats))
@@ -281,6 +358,10 @@ def known_workers(now: float) -> list[WorkerSnapshot]:
     The heartbeats make the first render after the site starts right at once, instead of
     "waiting for telemetry" until the first snapshot arrives on the channel.
     """
+    from . import controls
+    from .queues import backend_aliases
+    from .workers import hub
+
     if hub().warmed_up(now):
         return hub().workers(now)
     return [
@@ -292,6 +373,8 @@ def known_workers(now: float) -> list[WorkerSnapshot]:
 
 def snapshot_of_heartbeat(alias: str, document: dict, now: float) -> WorkerSnapshot:
     """Return a live worker's stored heartbeat document as the snapshot the telemetry would carry."""
+    from .workers import WorkerSnapshot, parse_worker_event
+
     snapshot = parse_worker_event(alias, {**document, "type": "worker"}, now)
     if snapshot is None:  # a document without a pid: name it by its worker id
         name = str(document.get("worker", ""))
@@ -339,6 +422,8 @@ def queue_status(
 
 def limits_text(limit: LimitState | QueueLimit | None) -> str:
     """The limits in force of a queue (or these limits) in words ("3 at once, 100/m"), "" when it has none."""
+    from ..backends.tooling.controls import LimitState
+
     if limit is None:
         return ""
     if isinstance(limit, LimitState):
@@ -353,6 +438,8 @@ def limits_text(limit: LimitState | QueueLimit | None) -> str:
 
 def lease_overdue(alias: str, queue_name: str, now: float | None = None) -> bool:
     """Return whether the running task with the earliest lease deadline is past it."""
+    from .queues import get_backend
+
     running = get_backend(alias).peek(queue_name, segment=Segment.RUNNING, count=1)
     deadline = getattr(running.items[0], "lease_deadline", None) if running.items else None
     return deadline is not None and deadline.timestamp() < (time.time() if now is None else now)

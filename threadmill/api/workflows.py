@@ -122,6 +122,11 @@ def workflows(alias: str, *, state: str = "", first: int = 0, count: int = 50) -
     return WorkflowList(matching[first : first + count], len(matching), total <= WORKFLOW_SCAN_LIMIT)
 
 
+def workflow_summary(alias: str, workflow_id: str) -> WorkflowSummary:
+    """Return one workflow's counts as its record keeps them; one HMGET (`expired` for a record gone)."""
+    return _summaries(get_backend(alias), [workflow_id])[0]
+
+
 def _summaries(backend, workflow_ids: list[str]) -> list[WorkflowSummary]:
     found = backend.workflow_summaries(workflow_ids) if workflow_ids else []
     return [WorkflowSummary.of(workflow_id, fields) for workflow_id, fields in zip(workflow_ids, found, strict=True)]

@@ -168,7 +168,8 @@ def sync_client(url: str, config: BackendOptions, *, cluster: bool) -> redis.Red
         return sentinel.master_for(parsed.service_name, **parsed.primary_kwargs())
     readable_url(url)
     if cluster:
-        return RedisCluster.from_url(url, **kwargs)
+        return RedisCluster.from_url(url, **{**without_maintenance_notifications(RedisCluster), **kwargs})
+    kwargs = {**without_maintenance_notifications(redis.Redis), **kwargs}
     return redis.Redis.from_url(url, **_dropping_on_readonly(kwargs, redis.retry.Retry))
 
 
@@ -204,7 +205,9 @@ def without_maintenance_notifications(factory: type) -> dict[str, Any]:
     """Return the client option that turns maintenance notifications off, where this redis-py has them.
 
     redis-py 8.1 skips the check its pool makes of a connection it hands out while they are on,
-    and turns them on by default under RESP3; Threadmill uses none of them.
+    and turns them on by default under RESP3; Threadmill uses none of them. On, every new
+    connection also asked for them, a round trip that Valkey and older Redis refuse: three in a
+    worker's start before its first task.
     """
     if MaintNotificationsConfig is None or "maint_notifications_config" not in inspect.signature(factory).parameters:
         return {}

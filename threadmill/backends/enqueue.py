@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -162,18 +162,21 @@ class Enqueuer:
         if prepared.partition is not None and not self.backend._layout_checked:
             await sync_to_async(self.backend.check_layout)()
         scripts = self.backend.scripts_for(prepared.partition or 0)
-        keys, script_args = scripts.enqueue_call(
-            task.queue_name,
-            [prepared.entry],
-            int(prepared.now // 60),
-            unique=[prepared.unique],
-            task_limit=task_limit(task),
-        )
+
+        def call(retried: bool) -> Awaitable[Any]:
+            keys, script_args = scripts.enqueue_call(
+                task.queue_name,
+                [prepared.entry],
+                int(prepared.now // 60),
+                unique=[prepared.unique],
+                task_limit=task_limit(task),
+                retried=retried,
+            )
+            return self.backend.aio.run(scripts.enqueue_script, keys, script_args)
+
         try:
             raw, retries = await aretrying(
-                self.backend.config.enqueue_retry,
-                (prepared,),
-                lambda: self.backend.aio.run(scripts.enqueue_script, keys, script_args),
+                self.backend.config.enqueue_retry, (prepared,), lambda: call(False), lambda: call(True)
             )
         except ServerOutOfMemory as e:
             raise await sync_to_async(self.refused_for_memory)(e, (prepared,)) from e.__cause__
@@ -301,9 +304,9 @@ class Enqueuer:
         minute = int(prepared[0].now // 60)
         limit = task_limit(task)
 
-        def send() -> EnqueueReply:
+        def send(retried: bool = False) -> EnqueueReply:
             reply = scripts.enqueue_many(
-                task.queue_name, entries, minute, durable_within_s, unique=unique, task_limit=limit
+                task.queue_name, entries, minute, durable_within_s, unique=unique, task_limit=limit, retried=retried
             )
             if config.wait_replicas:
                 # As WAITAOF's, the wait ends before the client would give the connection up as lost.
@@ -318,7 +321,7 @@ class Enqueuer:
             return reply
 
         try:
-            reply, retries = retrying(config.enqueue_retry, entries, send)
+            reply, retries = retrying(config.enqueue_retry, entries, send, lambda: send(retried=True))
         except ServerOutOfMemory as e:
             raise self.refused_for_memory(e, entries) from e.__cause__
         reply = reply.without_own(prepared)

@@ -1,9 +1,10 @@
 """Retrying an enqueue call through a blip: a restart, a short outage, a cluster failover.
 
 An enqueue call is safe to send again. Its task ids are chosen before the first attempt, and
-the enqueue script stores nothing under an id whose task exists: a call whose write landed
-but whose reply was lost stored those tasks then, and its retry finds them "already stored",
-which counts as success. So a call that failed on an error saying the server cannot be reached
+a retry (`resend`) tells the enqueue script to store nothing under an id whose task exists: a
+call whose write landed but whose reply was lost stored those tasks then, and its retry finds
+them "already stored", which counts as success. The first attempt's ids are new, so it skips
+that check (one EXISTS a task). So a call that failed on an error saying the server cannot be reached
 now (`is_transient`) is sent again after a short pause, until it succeeds or `enqueue_retry`
 seconds have passed since its first attempt; then `ServerUnreachable` names how long it tried.
 
@@ -86,10 +87,13 @@ class EnqueueAttempts:
         return pause_before(self.retries, left_s, random.random())
 
 
-def retrying[T](budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[], T]) -> tuple[T, int]:
+def retrying[T](
+    budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[], T], resend: Callable[[], T] | None = None
+) -> tuple[T, int]:
     """Call `send` until it succeeds or `budget_s` seconds have passed; return its reply and the retries made.
 
     `entries` are what the call enqueues, each a sequence whose first item is a task id (named on failure).
+    `resend`, when given, is called for the retries instead: the call that skips what a lost reply stored.
     """
     started = time.monotonic()
     try:
@@ -97,6 +101,7 @@ def retrying[T](budget_s: float, entries: Sequence[Sequence[Any]], send: Callabl
     except BackendConnectionError as e:
         attempts = EnqueueAttempts(budget_s, entries, started)
         pause = attempts.pause_after(e)
+    send = resend or send
     while True:
         time.sleep(pause)
         try:
@@ -106,7 +111,10 @@ def retrying[T](budget_s: float, entries: Sequence[Sequence[Any]], send: Callabl
 
 
 async def aretrying[T](
-    budget_s: float, entries: Sequence[Sequence[Any]], send: Callable[[], Awaitable[T]]
+    budget_s: float,
+    entries: Sequence[Sequence[Any]],
+    send: Callable[[], Awaitable[T]],
+    resend: Callable[[], Awaitable[T]] | None = None,
 ) -> tuple[T, int]:
     """`retrying` for a coroutine: the pauses are the event loop's, not a blocked thread's."""
     started = time.monotonic()
@@ -115,6 +123,7 @@ async def aretrying[T](
     except BackendConnectionError as e:
         attempts = EnqueueAttempts(budget_s, entries, started)
         pause = attempts.pause_after(e)
+    send = resend or send
     while True:
         await asyncio.sleep(pause)
         try:

@@ -157,8 +157,10 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, WorkflowBack
     def validate_task(self, task) -> None:
         """Django's checks, and a per-task limit no smaller than the partition count (each enforces a share)."""
         super().validate_task(task)
+        if self.partition_count == 1:
+            return
         concurrency, rate = getattr(task, "concurrency", None), getattr(task, "rate", None)
-        if self.partition_count > 1 and (concurrency is not None or rate is not None):
+        if concurrency is not None or rate is not None:
             from django.tasks.exceptions import InvalidTask
 
             try:

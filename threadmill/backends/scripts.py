@@ -23,7 +23,7 @@ from .errors import translate_errors
 from .keys import THROUGHPUT_COUNTER_TTL_S, KeySchema
 from .maintenance_scripts import MaintenanceScripts
 from .options import DEFAULT_RESULT_TTL_S
-from .script_source import LuaScript, script_source
+from .script_source import LuaScript
 from .tooling_scripts import ToolingScripts
 from .transport import ServerTransport
 from .workflows import WorkflowScripts
@@ -55,6 +55,8 @@ class EnqueueReply(NamedTuple):
 
     def without_own(self, prepared: Sequence[Any]) -> EnqueueReply:
         """Drop the entries whose key holder is the entry itself: stored by a retried call's first attempt."""
+        if not self.holders:
+            return self
         own = {index: holder for index, holder in self.holders.items() if holder == prepared[index].id}
         if not own:
             return self
@@ -88,46 +90,46 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         self.transport = ServerTransport(client) if transport is None else transport
         #: The scripts' publish flag: "1" publishes telemetry with SPUBLISH (a cluster's sharded pub/sub).
         self.sharded_flag = "1" if sharded_telemetry else "0"
-        register = LuaScript
-        self._enqueue = register(script_source("enqueue"))
-        self._acquire = register(script_source("acquire"))
-        self._acknowledge = register(script_source("acknowledge"))
-        self._requeue = register(script_source("requeue"))
-        self._quarantine = register(script_source("quarantine"))
-        self._promote = register(script_source("promote"))
-        self._claim_expired = register(script_source("claim_expired"))
-        self._purge = register(script_source("purge"))
-        self._delete = register(script_source("delete"))
-        self._peek = register(script_source("peek"))
-        self._peek_matching = register(script_source("peek_matching"))
-        self._peek_after = register(script_source("peek_after"))
-        self._requeue_many = register(script_source("requeue_many"))
-        self._heartbeat = register(script_source("heartbeat"))
-        self._pause = register(script_source("pause"))
-        self._take_control = register(script_source("take_control"))
-        self._send_control = register(script_source("send_control"))
-        self._wake_worker = register(script_source("wake_worker"))
-        self._trim_full = register(script_source("trim_full"))
-        self._copy_paused = register(script_source("copy_paused"))
-        self._pause_schedule = register(script_source("pause_schedule"))
-        self._sample_latency = register(script_source("sample_latency"))
-        self._resume = register(script_source("resume"))
-        self._claim_abandoned = register(script_source("claim_abandoned"))
-        self._release = register(script_source("release"))
-        self._release_unanswered = register(script_source("release_unanswered"))
-        self._record_progress = register(script_source("record_progress"))
-        self._extend_lease = register(script_source("extend_lease"))
-        self._report = register(script_source("report"))
-        self._cancel = register(script_source("cancel"))
-        self._aborts_requested = register(script_source("aborts_requested"))
-        self._trim_finished = register(script_source("trim_finished"))
-        self._live_leases = register(script_source("live_leases"))
-        self._scan = register(script_source("scan"))
-        self._pass_wake = register(script_source("pass_wake"))
-        self._record_task_stats = register(script_source("record_task_stats"))
-        self._limit = register(script_source("limit"))
-        self._limit_state = register(script_source("limit_state"))
-        self._summarise_quarters = register(script_source("summarise_quarters"))
+        register = LuaScript.named
+        self._enqueue = register("enqueue")
+        self._acquire = register("acquire")
+        self._acknowledge = register("acknowledge")
+        self._requeue = register("requeue")
+        self._quarantine = register("quarantine")
+        self._promote = register("promote")
+        self._claim_expired = register("claim_expired")
+        self._purge = register("purge")
+        self._delete = register("delete")
+        self._peek = register("peek")
+        self._peek_matching = register("peek_matching")
+        self._peek_after = register("peek_after")
+        self._requeue_many = register("requeue_many")
+        self._heartbeat = register("heartbeat")
+        self._pause = register("pause")
+        self._take_control = register("take_control")
+        self._send_control = register("send_control")
+        self._wake_worker = register("wake_worker")
+        self._trim_full = register("trim_full")
+        self._copy_paused = register("copy_paused")
+        self._pause_schedule = register("pause_schedule")
+        self._sample_latency = register("sample_latency")
+        self._resume = register("resume")
+        self._claim_abandoned = register("claim_abandoned")
+        self._release = register("release")
+        self._release_unanswered = register("release_unanswered")
+        self._record_progress = register("record_progress")
+        self._extend_lease = register("extend_lease")
+        self._report = register("report")
+        self._cancel = register("cancel")
+        self._aborts_requested = register("aborts_requested")
+        self._trim_finished = register("trim_finished")
+        self._live_leases = register("live_leases")
+        self._scan = register("scan")
+        self._pass_wake = register("pass_wake")
+        self._record_task_stats = register("record_task_stats")
+        self._limit = register("limit")
+        self._limit_state = register("limit_state")
+        self._summarise_quarters = register("summarise_quarters")
 
     def for_partition(self, keys: KeySchema) -> RedisScripts:
         """Return these scripts over another partition's keys, sharing this object's transport."""
@@ -179,6 +181,7 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
         unique: Sequence[UniqueSpec | None] = (),
         task_limit: tuple[str, str] = ("", ""),
+        retried: bool = False,
     ) -> EnqueueReply:
         """Store (task id, payload, segment, ready score, score) entries of one queue in one call.
 
@@ -186,11 +189,12 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         scheduled run: nothing is stored when its guard refused it. `unique` gives each entry's
         uniqueness (None: not unique); a duplicate is not stored, and the reply names its holder.
         `task_limit` is (task path, `limits.encode` of its limit) for a task with a per-task limit.
+        `retried` says a first attempt whose reply was lost may have stored some: those are skipped.
 
         With `durable_within_s`, return only once they are in the append-only file; raises
         DurableEnqueueError when the server cannot confirm that within the time.
         """
-        keys, args = self.enqueue_call(queue_name, entries, minute, schedule, unique, task_limit)
+        keys, args = self.enqueue_call(queue_name, entries, minute, schedule, unique, task_limit, retried)
         if durable_within_s is None:
             return EnqueueReply.read(self._run(self._enqueue, keys=keys, args=args))
         stored, synced = self._run_durably(self._enqueue, keys=keys, args=args, wait_s=durable_within_s)
@@ -210,6 +214,7 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         schedule: tuple[str, str, str, str] = ("", "", "", "0"),
         unique: Sequence[UniqueSpec | None] = (),
         task_limit: tuple[str, str] = ("", ""),
+        retried: bool = False,
     ) -> tuple[list[str], list[Any]]:
         """Return the keys and arguments of an enqueue script call (the asyncio path sends the same)."""
         k = self.keys
@@ -224,12 +229,13 @@ class RedisScripts(ToolingScripts, MaintenanceScripts, WorkflowScripts):
         for task_id, payload, segment, ready_score, score in entries:
             keys += [k.task(task_id), k.segment(queue_name, segment)]
             args += [task_id, payload, segment.value, ready_score, score]
-        held = [(i, spec) for i, spec in enumerate(unique, 1) if spec is not None]
+        held = [(i, spec) for i, spec in enumerate(unique, 1) if spec is not None] if unique else ()
         for i, spec in held:
             keys.append(k.unique(spec.digest))
             args += [i, spec.hold_ms, spec.segments]
-        keys += [k.task_limits(), k.limited_queues()]
-        args += [*task_limit, len(held)]
+        if task_limit[0]:
+            keys += [k.task_limits(), k.limited_queues()]
+        args += ["1" if retried else "0", *task_limit, len(held)]
         return keys, args
 
     @property

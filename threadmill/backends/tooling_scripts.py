@@ -39,12 +39,15 @@ class ToolingScripts(ScriptHost):
     _summarise_quarters: LuaScript
 
     @translate_errors
-    def purge(self, queue_name: str, segment: Segment, batch_size: int) -> int:
+    def purge(
+        self, queue_name: str, segment: Segment, batch_size: int, result_ttl: float = DEFAULT_RESULT_TTL_S
+    ) -> int:
+        """Delete up to `batch_size` tasks of a segment, settling workflow tasks; return how many left it (0: empty)."""
         k = self.keys
         return self._run(
             self._purge,
             keys=[k.segment(queue_name, segment), k.task_prefix(), k.result_prefix()],
-            args=[batch_size, segment.value],
+            args=[batch_size, segment.value, int(result_ttl)],
         )
 
     @translate_errors

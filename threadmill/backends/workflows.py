@@ -30,7 +30,7 @@ from .enqueue_retry import retrying
 from .errors import translate_errors
 from .keys import TASK_FIELDS, THROUGHPUT_COUNTER_TTL_S, ready_score
 from .partitions import names_partition, partition_of
-from .script_source import LuaScript, ScriptHost, script_source
+from .script_source import LuaScript, ScriptHost
 
 if TYPE_CHECKING:
     from ..running_workflow import AddedNode
@@ -45,14 +45,14 @@ READ_BATCH = 1000
 STEPS_PER_CALL = 500
 #: The segments of a task `cancel_workflow` cancels (or, running, asks to abort).
 CANCELLABLE = ("waiting", "ready", "deferred", "running")
-_enqueue_workflow = LuaScript(script_source("enqueue_workflow"))
-_sweep_waiting = LuaScript(script_source("sweep_waiting"))
-_recount_workflows = LuaScript(script_source("recount_workflows"))
-_add_to_workflow = LuaScript(script_source("add_to_workflow"))
-_cancel_workflow = LuaScript(script_source("cancel_workflow"))
-_retry_workflow = LuaScript(script_source("retry_workflow"))
-_continue_settling = LuaScript(script_source("continue_settling"))
-_awaits_release = LuaScript(script_source("awaits_release"))
+_enqueue_workflow = LuaScript.named("enqueue_workflow")
+_sweep_waiting = LuaScript.named("sweep_waiting")
+_recount_workflows = LuaScript.named("recount_workflows")
+_add_to_workflow = LuaScript.named("add_to_workflow")
+_cancel_workflow = LuaScript.named("cancel_workflow")
+_retry_workflow = LuaScript.named("retry_workflow")
+_continue_settling = LuaScript.named("continue_settling")
+_awaits_release = LuaScript.named("awaits_release")
 #: Most continue_settling calls one `finish_settling` makes: 10 settle the largest workflow's fan-out.
 MAX_SETTLE_CALLS = 100
 
@@ -123,24 +123,27 @@ class WorkflowScripts(ScriptHost):
         return int(code), int(index)
 
     @translate_errors
-    def sweep_waiting(self, queue_name: str, first: int, count: int, result_ttl: float) -> tuple[int, int]:
-        """Settle the final, unsettled parents of `count` waiting tasks from rank `first`; return (settled, looked at)."""
-        k = self.keys
-        settled, looked = self._run(
-            _sweep_waiting, [k.segment(queue_name, Segment.WAITING), k.task_prefix()], [first, count, int(result_ttl)]
-        )
-        return int(settled), int(looked)
+    def sweep_waiting(
+        self, queue_name: str, cursor: tuple[int, str, str], count: int, steps: int, result_ttl: float
+    ) -> tuple[int, tuple[int, str, str], bool]:
+        """Settle the final, unsettled parents of up to `count` waiting tasks from `cursor` (rank, task id or "",
+        SSCAN cursor in its pending set) in at most `steps` steps; return (settled, next cursor, at the end)."""
+        k, (rank, task_id, scan) = self.keys, cursor
+        keys, args = [k.segment(queue_name, Segment.WAITING), k.task_prefix()], [rank, count, int(result_ttl), steps]
+        settled, rank, task_id, scan, end = self._run(_sweep_waiting, keys, [*args, task_id, scan])
+        return int(settled), (int(rank), task_id.decode(), scan.decode()), bool(end)
 
     @translate_errors
     def recount_workflows(
-        self, cursor: tuple[int, int], records: int, tasks: int, result_ttl: float
-    ) -> tuple[int, tuple[int, int], bool]:
-        """Count the uncounted final tasks of open records from `cursor` (rank, place in its graph); return (counted, next cursor, at the end)."""
-        k = self.keys
-        counted, rank, index, end = self._run(
-            _recount_workflows, [k.workflows(), k.task_prefix()], [*cursor, records, tasks, int(result_ttl)]
-        )
-        return int(counted), (int(rank), int(index)), bool(end)
+        self, cursor: tuple[int, int], budget: tuple[int, int], result_ttl: float, given: tuple[str, int, Sequence[str]]
+    ) -> tuple[int, tuple[int, int], bool, str]:
+        """Count the uncounted final tasks of open records from `cursor` (rank, place in its graph) within `budget`
+        (records, task hashes); return (counted, next cursor, at the end, the workflow the cursor is inside or "").
+        `given`: (that workflow or "", where its last id ends, its ids after the cursor) the caller read from its graph."""
+        k, (wid, end, ids) = self.keys, given
+        args = [*cursor, *budget, int(result_ttl), wid, end, *ids]
+        counted, rank, index, at_end, inside = self._run(_recount_workflows, [k.workflows(), k.task_prefix()], args)
+        return int(counted), (int(rank), int(index)), bool(at_end), inside.decode()
 
     @translate_errors
     def cancel_workflow(

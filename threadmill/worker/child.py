@@ -17,9 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, cast
-
-from django.tasks import task_backends
+from typing import TYPE_CHECKING
 
 from ..exit_codes import EXIT_INTERRUPTED
 from ..identity import name_this_process
@@ -42,7 +40,9 @@ QUIET_SIGNAL = signal.SIGUSR1
 HANDLED_SIGNALS = {signal.SIGTERM, signal.SIGINT, QUIET_SIGNAL}
 
 
-def run_worker_process(config: WorkerConfig, supervisor_pid: int, incarnation: str, kill_at=None) -> None:
+def run_worker_process(
+    backend: RedisTaskBackend, config: WorkerConfig, supervisor_pid: int, incarnation: str, kill_at=None
+) -> None:
     """Run one worker process until it drains, stops, recycles or fails; exit with its code.
 
     It starts with SIGTERM and SIGINT blocked (the supervisor forks it so), and unblocks
@@ -50,21 +50,24 @@ def run_worker_process(config: WorkerConfig, supervisor_pid: int, incarnation: s
     is `host:pid:incarnation`, the incarnation chosen by the supervisor, which so knows it too.
     `kill_at` is shared with the supervisor: the monotonic moment it kills this process, should a
     task outlive its time limit and the process not manage to replace itself (see `watchdog`).
+    `backend` is the supervisor's, inherited through the fork with its settings parsed, its
+    preflight and layout checked and its scripts' hashes known; its connections are made anew
+    in this process (`transport.py`, and redis-py's pools, check the pid).
     """
     signal.set_wakeup_fd(-1)
     # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes one
     # stop on, so a single Ctrl-C is never taken for the second one that means "now".
     os.setpgid(0, 0)
-    # The worker command checked that the alias is a Threadmill backend (`threadmill_backend`).
-    backend = cast("RedisTaskBackend", task_backends.create_connection(config.backend))
     process = WorkerProcess(backend, config, name_this_process(incarnation), kill_at)
     stopping = Stopping(process)
     _install_signal_handlers(process, stopping)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
     telemetry = TelemetryPublisher(process)
     started = time.process_time(), time.monotonic()
-    process.start()
+    # The heartbeat thread first: started after the fetcher, its start waited out the fetcher's first
+    # turns at the GIL, and the fetcher its (8 ms from the fork to the first task, median of 9).
     telemetry.start()
+    process.start()
     logger.info("Worker process %s started: %d threads, %s.", process.name, config.threads, process.prefetch.describe())
     while not process.finished.wait(PARENT_CHECK_INTERVAL_S):
         if os.getppid() != supervisor_pid and stopping.first_request() and process.stop():

@@ -105,6 +105,8 @@ class Fetcher(ProcessHost):
         try:
             while (work := self._next_work()) is not None:
                 done = self._carry_out(work)
+                if not self.announced.is_set():
+                    self._announce()
                 if work.last:
                     self.left_leases = not done
                     break
@@ -121,7 +123,14 @@ class Fetcher(ProcessHost):
                     self.buffer.clear()
                     self.left_leases = True
                 self._enter(Phase.STOPPED)
+            self.announced.set()
             self.finished.set()
+
+    def _announce(self) -> None:
+        """Send the first heartbeat after the first acquire, on its connection, as its tasks start; never raises."""
+        if self.first_heartbeat is not None:
+            self.first_heartbeat()
+        self.announced.set()
 
     def _next_work(self) -> Work | None:
         """Wait until there is something to do and take it from the shared state; None once settled."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import threading
     from collections import deque
+    from collections.abc import Callable
 
     from ..backends.redis import RedisTaskBackend
     from ..base import ThreadmillTaskResult
@@ -56,6 +57,8 @@ class ProcessHost:
     trust_epoch: int
     trust_s: float
     finished: threading.Event
+    first_heartbeat: Callable[[], None] | None
+    announced: threading.Event
     default_limit_s: float | None
     watchdog: Watchdog
     timed_out: bool

@@ -4,7 +4,8 @@ The **fetcher** (`fetcher.py`) is the only thread that talks to the server about
 leases tasks into the buffer, acknowledges finished ones in batches, writes progress reports and
 looks for abort requests (`aborts.py`). **Consumers** (`consumer.py`) take tasks in lease order
 and never touch the server, except for a suspect (`suspects.py`) and a bounded run whose lease
-must cover its limit (`limits.py`). The heartbeat is sent by the telemetry thread; a long gap
+must cover its limit (`limits.py`). The heartbeat is sent by the telemetry thread (the first by the
+fetcher, right after its first acquire); a long gap
 between stored heartbeats makes the process distrust what it buffered (`trust.py`). Each
 concern is a mixin of `WorkerProcess`, not an object of its own: they all read and write the
 state `__init__` lists, in the same critical sections under one lock, and their methods stay the
@@ -42,6 +43,7 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..base import ThreadmillTaskResult
@@ -131,6 +133,11 @@ class WorkerProcess(Fetcher, AbortPolling, TimeLimits, Consumers, Suspects, Hear
         #: Longest heartbeat gap after which buffered leases are not trusted, seconds.
         self.trust_s = backend.config.worker_timeout * HEARTBEAT_TRUST_SHARE
         self.finished = threading.Event()
+        #: Sends the first heartbeat (`TelemetryPublisher.beat`, which registers it); the fetcher calls it.
+        self.first_heartbeat: Callable[[], None] | None = None
+        #: Set once the fetcher sent the first heartbeat (or has none to send): the heartbeat thread's
+        #: own beats start an interval after it.
+        self.announced = threading.Event()
         #: Time limit of a task with none of its own (the alias's `task_timeout`), seconds or None.
         self.default_limit_s = backend.config.task_timeout
         self.watchdog = Watchdog(backend.config.timeout_grace, self._give_up, kill_at)

@@ -5,7 +5,8 @@ It is sent as the process's **heartbeat** every `heartbeat_interval(options)` wh
 one script call stores it with the server's time in the workers set (durable: the broker
 recovers the leases of a worker whose heartbeat grows older than `worker_timeout`) and
 publishes it on the telemetry channel (live: the console). The heartbeat runs on a thread of
-its own, so a busy task cannot starve it. When the process exits it publishes a last snapshot
+its own, so a busy task cannot starve it; the first goes out from the fetcher, on its connection,
+right after its first acquire. When the process exits it publishes a last snapshot
 with `"state": "stopped"` and, if no lease on the server names it any more, says goodbye (leaves
 the workers set). Each stored heartbeat is reported to the process, which stops trusting its
 buffered leases after a long gap (`WorkerProcess.heartbeat_confirmed`). Sending never stops the
@@ -57,12 +58,15 @@ class TelemetryPublisher:
         self._samples: deque[tuple[float, int]] = deque()
         self._failing = False
         self._thread: threading.Thread | None = None
+        process.first_heartbeat = self.beat
 
     def run(self) -> None:
-        """Send a heartbeat at once, then every interval until the process finishes."""
-        # The first goes out at start, so the console never shows a fresh worker as missing.
+        """Send a heartbeat every interval until the process finishes, the first unless the fetcher sent it."""
+        # The fetcher sends the first as the process starts (`Fetcher._announce`), so the console never
+        # shows a fresh worker as missing; should it not within an interval, this thread does.
         interval = heartbeat_interval(self.process.backend.config.worker_timeout)
-        self.beat()
+        if not self.process.announced.wait(interval):
+            self.beat()
         while not self.process.finished.wait(interval):
             self.beat()
 

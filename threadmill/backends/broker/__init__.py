@@ -55,8 +55,9 @@ class RedisBroker:
         self.backend = backend
         self.queue_names = queue_names
         self.duties = [duty(backend) for duty in DUTIES]
-        #: Each duty's next due moment, monotonic seconds, as of its last run.
-        self._due_at: dict[str, float] = {}
+        #: Each duty's next due moment, monotonic seconds, as of its last run (or of the start, `runs_at_start`).
+        started = time.monotonic()
+        self._due_at: dict[str, float] = {d.name: started + d.interval() for d in self.duties if not d.runs_at_start}
         #: Monotonic time since which every pass reached partition 0 (the heartbeats); None after a failure.
         self._reachable_since: float | None = None
         #: The partitions the last pass (or mover run) could not serve.

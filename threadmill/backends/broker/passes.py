@@ -97,6 +97,8 @@ class Duty:
 
     #: The duty's name, unique in the registry.
     name: ClassVar[str]
+    #: Whether the broker's first pass runs it; False: its first run falls due one `interval()` after the broker starts.
+    runs_at_start: ClassVar[bool] = True
 
     def __init__(self, backend: RedisTaskBackend) -> None:
         self.backend = backend

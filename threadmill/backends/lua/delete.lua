@@ -18,6 +18,7 @@
 -- one does, before its hash goes (lib/workflow): a task that had not succeeded is counted failed in
 -- its record, once (`counted`), and its children fail (UpstreamFailed, naming it) or are released by
 -- their policy; a waiting one leaves its wait; a successful one was counted and released them already.
+-- One whose children a call's budget left waiting leaves the mark that it was counted (lib/workflow).
 -- include: unique
 -- include: workflow
 local deleted, budget, now = {0}, WORKFLOW_BUDGET, nil
@@ -39,6 +40,9 @@ for i = 4, #ARGV do
     end
     redis.call('ZREM', KEYS[3], id)
     redis.call('DEL', key, KEYS[2] .. id)
+    if here and fields[4] and budget <= 0 then
+      mark_counted(key, tonumber(ARGV[3]))
+    end
     deleted[#deleted + 1] = id
   end
 end

@@ -30,24 +30,27 @@
 -- ARGV[5i+6]  (string) task i's target segment name, "ready" or "deferred"
 -- ARGV[5i+7]  (number) task i's ready score, kept in the hash so a deferred task can be promoted
 -- ARGV[5i+8]  (number) task i's score in its target segment
--- A task whose hash exists already is left as it is and not counted: a retried call whose first
--- reply was lost stored it then, and it may have moved on since (leased, even finished).
+-- On a retried call (ARGV[#ARGV-3] "1") a task whose hash exists already is left as it is and not
+-- counted: the first attempt, whose reply was lost, stored it then, and it may have moved on since
+-- (leased, even finished). A first attempt skips that EXISTS: its ids were chosen for it, so none is stored.
 -- ARGV[6+5n+3j] (number) unique entry j: its task's index i (a task has at most one entry)
 -- ARGV[7+5n+3j] (number) unique entry j: milliseconds its key holds at most, 0 while its holder counts
 -- ARGV[8+5n+3j] (string) unique entry j: the segments its holder counts in, comma-separated
+-- ARGV[#ARGV-3] (string) "1" when this call is a retry of one whose reply was lost, else "0"
 -- ARGV[#ARGV-2] (string) the task path of a task with a per-task limit (`@task(concurrency=, rate=)`),
 --               "" for any other: each task stored gets it in field `limit_path`, and the path's limit and
 --               the queue are recorded for acquire
 -- ARGV[#ARGV-1] (string) that path's limit, "concurrency|rate count|rate period s"
 -- ARGV[#ARGV]  (number) u, the number of unique entries (0 for a call without unique tasks)
--- KEYS[#KEYS-1] (hash)  per-task limits: task path -> its limit
--- KEYS[#KEYS]   (hash)  queues that have held a task with a per-task limit: queue name -> "1"
+-- KEYS[#KEYS-1] (hash)  per-task limits: task path -> its limit; given only with a task path
+-- KEYS[#KEYS]   (hash)  queues that have held a task with a per-task limit: queue name -> "1"; the same
 -- Returns: the number of tasks stored now (0 when a schedule's guard refused the run; fewer than
 --          given means the rest were already stored or duplicates); with u > 0, {stored, i, holder
 --          id, ...}: each task i not stored as a duplicate, and who holds its key (its own id when a
 --          retried call's first attempt stored it)
 local u = tonumber(ARGV[#ARGV])
-local n = (#ARGV - 11 - 3 * u) / 5
+local n = (#ARGV - 12 - 3 * u) / 5
+local retried = ARGV[#ARGV - 3] == '1'
 local limit_path = ARGV[#ARGV - 2]
 local schedule, tick, timing = ARGV[4], ARGV[5], ARGV[6]
 if schedule ~= '' then
@@ -73,15 +76,19 @@ if schedule ~= '' then
   redis.call('HSET', KEYS[4], schedule .. ':task', ARGV[9], schedule .. ':enqueued_at',
     string.format('%d.%06d', time[1], time[2]))
 end
+local unique, duplicate = nil, nil
+if u > 0 then
+  -- Included inside the branch: a call without unique tasks does not build its functions (about 3% of its cost).
 -- include: unique
-local unique = u > 0 and admit_unique(n, u) or nil
-local duplicate = unique and unique.duplicate or {}
+  unique = admit_unique(n, u)
+  duplicate = unique.duplicate
+end
 local ready = false
 local stored = 0
 for i = 1, n do
   local a = 5 * i + 4
-  -- A duplicate, or already stored (enqueue_retry): skipped whole.
-  if not duplicate[i] and redis.call('EXISTS', KEYS[2 * i + 4]) == 0 then
+  -- A duplicate, or already stored by a first attempt (enqueue_retry): skipped whole.
+  if not (duplicate and duplicate[i]) and not (retried and redis.call('EXISTS', KEYS[2 * i + 4]) == 1) then
     stored = stored + 1
     if limit_path == '' then
       redis.call('HSET', KEYS[2 * i + 4], 'data', ARGV[a + 1], 'queue', ARGV[1], 'segment', ARGV[a + 2],

@@ -256,7 +256,7 @@ class ActionTooling(ToolingHost):
         segment = _deletable(segment)
         removed = 0
         for scripts in self._partition_scripts():
-            while batch := scripts.purge(queue_name, segment, self.config.batch_size):
+            while batch := scripts.purge(queue_name, segment, self.config.batch_size, self.config.result_ttl):
                 removed += batch
         return removed
 
