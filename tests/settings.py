@@ -24,6 +24,8 @@ TASKS = {
             "worker_timeout": float(os.environ.get("THREADMILL_TEST_WORKER_TIMEOUT", "15")),
             "socket_timeout": float(os.environ.get("THREADMILL_TEST_SOCKET_TIMEOUT", "5")),
             "broker_interval": float(os.environ.get("THREADMILL_TEST_BROKER_INTERVAL", "1")),
+            # THREADMILL_TEST_SWEEP_INTERVAL: the rolling-deploy test's sweeper, which alone releases an old worker's children.
+            "sweep_interval": float(os.environ.get("THREADMILL_TEST_SWEEP_INTERVAL", "5")),
             # THREADMILL_TEST_PARTITIONS: the worker tests of a partitioned alias.
             "partitions": int(os.environ.get("THREADMILL_TEST_PARTITIONS", "1")),
             # THREADMILL_TEST_TIMEOUT_GRACE: the time-limit tests' short grace.

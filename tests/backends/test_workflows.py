@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import time
+from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus, task_backends
 
 from tests import tasks
@@ -16,7 +18,8 @@ from threadmill.backends import codec
 from threadmill.backends.broker import RedisBroker
 from threadmill.backends.broker.passes import BrokerPass, PassFailures
 from threadmill.backends.broker.recounter import Recounter
-from threadmill.backends.broker.sweeper import SWEEP_INTERVAL_S, Sweeper
+from threadmill.backends.broker.sweeper import Sweeper
+from threadmill.backends.options import DEFAULT_SWEEP_INTERVAL_S
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.backends.script_source import LuaScript, expand_includes
 from threadmill.base import Segment
@@ -147,7 +150,18 @@ def test_a_pool_starts_a_child_within_seconds_of_its_parent_acknowledged_by_an_o
     started = time.monotonic()
     start_worker("-w", "1", "-t", "1", "-q", "default")
     wait_until(lambda: backend.get_result(child.id).status == TaskResultStatus.SUCCESSFUL, "the child ran")
-    assert time.monotonic() - started < 3 * SWEEP_INTERVAL_S
+    assert time.monotonic() - started < 3 * DEFAULT_SWEEP_INTERVAL_S
+
+
+def test_the_sweeper_waits_its_sweep_interval_or_the_broker_interval_when_that_is_longer():
+    def interval(**options) -> float:
+        return Sweeper(RedisTaskBackend("x", {"REDIS_URL": "redis://127.0.0.1:1/0", "OPTIONS": options})).interval()
+
+    assert interval() == DEFAULT_SWEEP_INTERVAL_S == 5.0
+    assert interval(sweep_interval=timedelta(milliseconds=500), broker_interval=0.2) == 0.5
+    assert interval(sweep_interval=0.5, broker_interval=2) == 2.0
+    with pytest.raises(ImproperlyConfigured, match="'sweep_interval'. must be a positive number"):
+        interval(sweep_interval=0)
 
 
 def _wide_cascade():
@@ -324,7 +338,7 @@ def test_the_brokers_first_pass_leaves_the_sweep_to_one_interval_later(backend, 
     broker.run_once(due_only=True)
     assert backend.get_result(child.id).segment is Segment.WAITING
     assert {name for name, at in broker._due_at.items() if at > time.monotonic()} >= {"sweeper", "recounter"}
-    broker._due_at["sweeper"] -= SWEEP_INTERVAL_S  # one interval later
+    broker._due_at["sweeper"] -= DEFAULT_SWEEP_INTERVAL_S  # one interval later
     broker.run_once(due_only=True)
     assert backend.get_result(child.id).segment is Segment.READY
 

@@ -32,7 +32,6 @@ from tests.faults.counter_log import Count, CounterLog
 from tests.servers import start_full_server
 from tests.tasks import echo
 from tests.worker.conftest import ROOT, worker_env
-from threadmill.backends.broker.sweeper import SWEEP_INTERVAL_S
 from threadmill.backends.redis import RedisTaskBackend
 from threadmill.exceptions import ServerOutOfMemory
 from threadmill.workflows import Workflow
@@ -52,6 +51,9 @@ BEFORE_SCRIPTED_COMMANDS = "1981cd9"
 LANDED_MAIN = "80dbf88"
 #: The release landed before workflows: its acknowledge stores a workflow task's outcome and releases nothing.
 BEFORE_WORKFLOWS = "5412d60"
+#: This release's sweeper interval beside the release before workflows, seconds: the default 5 s made each
+#: child an old worker's parent released wait up to a sweep, about 10 s of the test's 15 on the loaded machine.
+SWEEP_INTERVAL_S = 1.0
 
 
 def _release_tree(commit: str) -> Iterator[Path]:
@@ -296,7 +298,8 @@ def test_a_previous_release_beside_this_one_drains_a_workflow_each_task_once_and
     tally = Tally(task_backends["default"], counter)
     old = PreviousReleasePool(tree, "-w", "1", "-t", "2", env=fault_env(fault_server, counter_server.url))
     try:
-        new = start_pool(fault_server, "-w", "1", "-t", "2")
+        # Only this release's options shorten its sweeper: the old release's settings know no such option.
+        new = start_pool(fault_server, "-w", "1", "-t", "2", THREADMILL_TEST_SWEEP_INTERVAL=str(SWEEP_INTERVAL_S))
         wait_for(lambda: old.alive() and new.alive() and _runs(old) and _runs(new),
                  lambda: f"both pools' worker processes run: {old.output[-2000:]}", 30)  # fmt: skip
         with CounterLog(counter) as log:

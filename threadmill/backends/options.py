@@ -17,6 +17,9 @@ DEFAULT_LEASE_TTL_S = 3600.0
 DEFAULT_RESULT_TTL_S = 86400.0
 #: Default pause between two broker (mover and reaper) passes, seconds.
 DEFAULT_BROKER_INTERVAL_S = 1.0
+#: Default least time between two sweeps of the waiting workflow tasks, seconds ("within seconds", issue 32;
+#: each costs an idle queue a script call).
+DEFAULT_SWEEP_INTERVAL_S = 5.0
 #: Default most tasks the mover, reaper or purge handles in one script call.
 DEFAULT_BATCH_SIZE = 100
 #: Default first pause of a polling acquire, seconds.
@@ -45,6 +48,8 @@ class BackendOptions:
     result_ttl: float = DEFAULT_RESULT_TTL_S
     #: Pause between two broker passes (reaper, recovery, trimming), seconds; the mover also runs when a task falls due.
     broker_interval: float = DEFAULT_BROKER_INTERVAL_S
+    #: Least time between two sweeps releasing workflow tasks no acknowledgement released, seconds.
+    sweep_interval: float = DEFAULT_SWEEP_INTERVAL_S
     #: Most tasks the mover, the reaper or a purge handles in one script call.
     batch_size: int = DEFAULT_BATCH_SIZE
     #: First pause of a busy worker (or `acquire(timeout=...)`) that found nothing ready, seconds.

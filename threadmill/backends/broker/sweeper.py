@@ -3,7 +3,7 @@
 The script that records a parent's final outcome releases its children (acknowledge.lua, which the
 worker, the reaper and recovery call, and cancel.lua); an older release's worker or cancel records
 final outcomes without doing so, and a call's budget may leave children unvisited. This duty settles those
-parents through the same Lua (`sweep_waiting.lua`), so such children start within `SWEEP_INTERVAL_S` or two.
+parents through the same Lua (`sweep_waiting.lua`), so such children start within a `sweep_interval` or two.
 A queue without waiting tasks costs one script call running one ZRANGE a sweep: an idle pool pays 0.4
 commands a second per queue for it. Each sweep also continues the releases a call cut short at its budget
 that no acknowledgement continued (the acknowledging worker stopped between the two calls): one script call
@@ -40,8 +40,6 @@ SWEEP_STEPS = 500
 #: Most sweep calls one queue gets a sweep (a 9,999-parent join, all final, takes about 100); the next sweep resumes
 #: where they stopped.
 MAX_SWEEP_CALLS = 200
-#: Least time between two sweeps, seconds ("within seconds", issue 32; each costs an idle queue a ZCARD).
-SWEEP_INTERVAL_S = 5.0
 
 
 class Sweeper(Duty):
@@ -56,8 +54,8 @@ class Sweeper(Duty):
         self.cursors: dict[tuple[str, int], SweepCursor] = {}
 
     def interval(self) -> float:
-        """Return `SWEEP_INTERVAL_S`, or the broker's own interval when that is longer."""
-        return max(SWEEP_INTERVAL_S, self.backend.config.broker_interval)
+        """Return the `sweep_interval` option, or the broker's own interval when that is longer."""
+        return max(self.backend.config.sweep_interval, self.backend.config.broker_interval)
 
     def run_once(self, pass_: BrokerPass) -> int:
         """Sweep every queue in every partition, then continue the releases cut short; return how many were settled."""
