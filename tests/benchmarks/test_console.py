@@ -121,8 +121,7 @@ def raw(redis_url) -> redis.Redis:
 def test_console_benchmark(redis_url, backend, raw, capsys):
     from playwright.sync_api import sync_playwright
 
-    from tests.inspector.conftest import CHROMIUM, CHROMIUM_ARGS
-    from tests.inspector.test_browser import log_in
+    from tests.inspector.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in
 
     for queue_name, count in SIZES.items():
         _seed(backend, queue_name, count)

@@ -14,9 +14,6 @@ from tests.servers import wait_until_settled
 # session's server exists, and declaring a task would build the backend with no URL yet.
 
 TASK_KEY = "threadmill:{default}:task:"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]  # fmt: skip
 
 
 @pytest.fixture
@@ -128,17 +125,3 @@ def telemetry_hub_stops_with_the_session():
     from threadmill import api
 
     api.hub().stop()
-
-
-@pytest.fixture(scope="package")
-def browser():
-    """One Chromium for every browser test module: each test's page gets a fresh context, so nothing carries over.
-
-    Starting Playwright and Chromium took 1 to 2.5 s a module on the loaded two-core machine, seven times a run.
-    """
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()

@@ -18,12 +18,15 @@ from pathlib import Path
 import pytest
 
 from tests.inspector import screenshots
-from tests.inspector.conftest import CHROMIUM, dead, heartbeat
+from tests.inspector.conftest import dead, heartbeat
 from tests.inspector.live import start_live_console
 from tests.servers import partition
 
 pytestmark = pytest.mark.browser
 
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]  # fmt: skip
 #: Where screenshots go, or None: only the screenshot command (`screenshots.COMMAND`) writes them.
 IMAGES = Path(os.environ["THREADMILL_SCREENSHOTS"]) if os.environ.get("THREADMILL_SCREENSHOTS") else None
 #: Milliseconds Playwright waits for a page to show what a test expects.
@@ -41,6 +44,16 @@ def live(redis_url):
     console = start_live_console(redis_url)
     yield console
     console.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from playwright.sync_api import expect
 from tests.inspector.test_browser import (  # noqa: F401 - fixtures
     WAIT_MS,
     accept_dialogs,
+    browser,
     expect_text,
     live,
     log_in,

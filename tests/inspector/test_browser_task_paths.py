@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.inspector.test_browser import expect_text, live, log_in, page, shot  # noqa: F401 - fixtures
+from tests.inspector.test_browser import browser, expect_text, live, log_in, page, shot  # noqa: F401 - fixtures
 from tests.worker.conftest import wait_until
 
 pytestmark = pytest.mark.browser

@@ -14,6 +14,7 @@ import pytest
 
 from tests.inspector.test_browser import (  # noqa: F401 - fixtures
     accept_dialogs,
+    browser,
     expect_text,
     live,
     log_in,
