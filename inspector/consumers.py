@@ -106,7 +106,7 @@ def render_task_status(watch: TaskWatch, allowed: bool) -> str:
 
 #: A workflow page's live part: its actions, facts, counts and graph.
 WORKFLOW_GRAPH = "inspector/workflow_detail.html#workflow-graph"
-#: Which changes may move a workflow's counts: a task of its backend acknowledged, or the hub's tick
+#: Which changes may move a workflow's counts: a task of any backend acknowledged, or the hub's tick
 #: (the reaper, a cancel or a retry publish nothing a page would otherwise hear).
 WORKFLOW_KINDS = {"queues", "tick"}
 

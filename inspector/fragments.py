@@ -150,6 +150,14 @@ def task_context(alias: str, task_id: str, can_change: bool = False) -> dict:
     }  # fmt: skip
 
 
+def _watched(query, **patterns: re.Pattern) -> tuple[str, ...] | None:
+    """Return a websocket query's backend alias then its fields named in `patterns`; None when one is unknown or bad."""
+    alias, values = query.get("backend", ""), [query.get(name, "") for name in patterns]
+    if alias not in api.backend_aliases() or not all(map(re.Pattern.fullmatch, patterns.values(), values)):
+        return None
+    return alias, *values
+
+
 @dataclass(frozen=True, slots=True)
 class TaskWatch:
     """One open task page: its backend alias and task id."""
@@ -160,10 +168,8 @@ class TaskWatch:
     @classmethod
     def of(cls, query) -> TaskWatch | None:
         """Return the watch a websocket's query asks for, or None when it names no known backend or a bad id."""
-        alias, task_id = query.get("backend", ""), query.get("task", "")
-        if alias not in api.backend_aliases() or not _TASK_ID.fullmatch(task_id):
-            return None
-        return cls(alias, task_id)
+        checked = _watched(query, task=_TASK_ID)
+        return None if checked is None else cls(*checked)
 
 
 def progress_bars(alias: str, queue_name: str, task_ids) -> list:
@@ -213,10 +219,8 @@ class WorkflowWatch:
     @classmethod
     def of(cls, query) -> WorkflowWatch | None:
         """Return the watch a websocket's query asks for, or None when it names no known backend, a bad id or page."""
-        alias, workflow_id, page = (query.get(k, "") for k in ("backend", "workflow", "page"))
-        if alias not in api.backend_aliases() or not _TASK_ID.fullmatch(workflow_id) or not _PAGE.fullmatch(page):
-            return None
-        return cls(alias, workflow_id, int(page))
+        checked = _watched(query, workflow=_TASK_ID, page=_PAGE)
+        return None if checked is None else cls(checked[0], checked[1], int(checked[2]))
 
     def query(self) -> QueryDict:
         """Return the query string the page's links start from: its backend and graph page."""
@@ -233,10 +237,8 @@ class WorkflowListWatch:
     @classmethod
     def of(cls, query) -> WorkflowListWatch | None:
         """Return the watch a websocket's query asks for, or None when it names no known backend or a bad page."""
-        alias, page = query.get("backend", ""), query.get("page", "")
-        if alias not in api.backend_aliases() or not _PAGE.fullmatch(page):
-            return None
-        return cls(alias, int(page))
+        checked = _watched(query, page=_PAGE)
+        return None if checked is None else cls(checked[0], int(checked[1]))
 
     def found(self, per_page: int) -> api.workflows.WorkflowList:
         """Return the page's workflows newest first, as the page reads them (two round trips)."""

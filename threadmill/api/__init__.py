@@ -124,6 +124,7 @@ _LAZY_NAMES: dict[str, str] = {
     "TelemetryHub": ".workers",
     "WorkerSnapshot": ".workers",
     "hub": ".workers",
+    "parse_worker_event": ".workers",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and typos stay errors

@@ -27,7 +27,7 @@ from ..outcome import ended_by
 from . import codec
 from .channel import TelemetrySubscription, publish
 from .errors import translate_errors
-from .partitions import by_partition, partition_of
+from .partitions import by_partition
 from .scripts import ENDED_BY_ABORT, ENDED_BY_TIME_LIMIT
 from .tooling.host import ToolingHost
 
@@ -177,11 +177,14 @@ class WorkerVerbs(ToolingHost):
             accepted = self.scripts.acknowledge(entries, self.config.result_ttl, minute)
         else:
             by_id: dict[str, Any] = {}
+            cut_short_in: list[int] = []
             for partition, group in by_partition(entries, lambda entry: entry[0]).items():
                 replies = self.scripts_for(partition).acknowledge(group, self.config.result_ttl, minute)
                 by_id.update(zip((entry[0] for entry in group), replies, strict=True))
+                if CUT_SHORT in replies:
+                    cut_short_in.append(partition)
             accepted = [by_id[entry[0]] for entry in entries]
-            cut_short = tuple({partition_of(e[0]) for e, ok in zip(entries, accepted, strict=True) if ok == CUT_SHORT})
+            cut_short = tuple(cut_short_in)
         if CUT_SHORT in accepted:
             # A release of children ran out of the call's budget: continue it now, not at the next sweep.
             if settle_in_background:

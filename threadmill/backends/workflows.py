@@ -259,8 +259,8 @@ class WorkflowBackend:
         index = {node.id: i for i, node in enumerate(workflow.nodes, 1)}
         entries = [self._entry(node, now, index) for node in workflow.nodes]
         graph = json.dumps([[n.name, n.id, [p.name for p in n.parents]] for n in workflow.nodes])
-        workflow_id = self.new_task_id(first)
         partition = partition_of(first) if names_partition(first) else None
+        workflow_id = codec.new_task_id(partition)
         stored = self.enqueuer.send_workflow(workflow_id, workflow.name, graph, entries, partition)
         if stored == -1:
             raise WorkflowError("A task id of this workflow is taken by a stored task; nothing was stored.")
@@ -338,8 +338,8 @@ class WorkflowBackend:
         if workflow_id is None:
             return None
         wid = workflow_id.decode()
-        fields = ["name", "graph", f"added_parents:{task_id}", f"{UNNAMED_ADDED}{task_id}"]
-        name, graph, added, unnamed = self.client.hmget(keys.workflow(wid), fields)
+        fields = ["name", "graph", f"added_parents:{task_id}", f"{UNNAMED_ADDED}{task_id}", "edges"]
+        name, graph, added, unnamed, stored_edges = self.client.hmget(keys.workflow(wid), fields)
         if graph is None:
             raise WorkflowError(f"Workflow {wid} of task {task_id} is no longer stored.")
         entries = json.loads(graph)
@@ -349,7 +349,9 @@ class WorkflowBackend:
         if added:
             by_id = {task_id: node_name for node_name, task_id in ids.items()}
             parents.update((by_id[added_id], added_id) for added_id in added.decode().split(","))
-        edges, earlier = sum(len(entry[2]) for entry in entries), codec.text(unnamed).split(",") if unnamed else []
+        # A record an older release stored has no `edges`: count them from its graph.
+        edges = int(stored_edges) if stored_edges is not None else sum(len(entry[2]) for entry in entries)
+        earlier = codec.text(unnamed).split(",") if unnamed else []
         return StoredWorkflow(wid, codec.text(name), me, ids, parents, edges, earlier)
 
     @translate_errors

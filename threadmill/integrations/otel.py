@@ -1,7 +1,8 @@
 """OpenTelemetry traces: an enqueue span, the W3C trace context stored in the task, a span per attempt.
 
 Used when `opentelemetry-api` is installed (the `otel` extra) and a tracer provider (the SDK's)
-is set up; the API is imported only once one may be (`may_be_set_up`), its propagator once one is, and the spans go wherever
+is set up; the API is imported only once one may be (`is_set_up`: it is imported already, or
+`OTEL_PYTHON_TRACER_PROVIDER` names a provider), its propagator once one is, and the spans go wherever
 it sends them. The worker looks once, when it starts, so the provider must be set up by then (in settings, `AppConfig.ready` or `opentelemetry-instrument`). `enqueue` runs in a
 producer span "send <queue>" and stores its W3C trace context (`traceparent`, `tracestate`)
 in the task. Each attempt runs in a consumer span "process <queue>" that is a child of that
@@ -36,16 +37,6 @@ tracer: Any = None
 _w3c: Any = None
 #: Whether the API is installed; None until `_load` looked.
 _installed: bool | None = None
-
-
-def may_be_set_up() -> bool:
-    """Whether a tracer provider could be set up in this process, answered without importing the API.
-
-    A provider is set up through the API, which is then imported (by settings, an SDK, or
-    `opentelemetry-instrument`), or named in `OTEL_PYTHON_TRACER_PROVIDER` for the API to load.
-    Importing the API anyway cost every worker's start about 15 ms.
-    """
-    return "opentelemetry.trace" in sys.modules or "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 def _load() -> bool:

@@ -51,7 +51,7 @@ def run_worker_process(
     `kill_at` is shared with the supervisor: the monotonic moment it kills this process, should a
     task outlive its time limit and the process not manage to replace itself (see `watchdog`).
     `backend` is the supervisor's, inherited through the fork with its settings parsed, its
-    preflight and layout checked and its scripts' hashes known; its connections are made anew
+    preflight and layout checked and its script wrappers built; its connections are made anew
     in this process (`transport.py`, and redis-py's pools, check the pid).
     """
     signal.set_wakeup_fd(-1)

@@ -56,7 +56,8 @@ class Supervisor:
         self.config = config
         #: The broker's duties, made once the first children are forked (`_start_broker`).
         self.broker: RedisBroker
-        # Made here, before the fork: every child inherits the wrappers, and the sources read so far.
+        # Made here, before the fork (`scripts_for(0)` is `backend.scripts`): every child inherits the
+        # wrappers; each script's source is read and hashed at its first use, in the process using it.
         backend.scripts_for(0)
         self.children: dict[int, tuple[BaseProcess, float]] = {}
         #: Each slot's kill moment, monotonic seconds in shared memory its process keeps (infinity: none).
