@@ -330,15 +330,39 @@ def past_limit_once(context):
     return context.attempt
 
 
-@task(takes_context=True, timeout=SHORT_LIMIT_S)
+#: Long enough for three heartbeats at the fault tests' 0.5 s interval: the GIL is taken after one.
+GIL_HOLDER_LIMIT_S = 1.5
+
+
+@task(takes_context=True, timeout=GIL_HOLDER_LIMIT_S)
 def hold_the_gil_once(context):
     """On the first attempt block in a C call that keeps the GIL (libc sleep through PyDLL): every thread stops."""
     import ctypes
 
     if _count("started", context) == 1:
+        _wait_until_a_heartbeat_says_running(context, GIL_HOLDER_LIMIT_S - 0.2)
         ctypes.PyDLL(None).sleep(30)
     _count("finished", context)
     return context.attempt
+
+
+def _wait_until_a_heartbeat_says_running(context, timeout_s: float) -> None:
+    """Poll until the worker's stored heartbeat lists this task as running, not buffered.
+
+    A lease whose last heartbeat still listed it as buffered goes back unblamed when its worker
+    is lost; a test of the blamed path waits for the beat that says it started.
+    """
+    from django.tasks import task_backends
+
+    result = context.task_result
+    backend = task_backends[result.backend]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        document = backend.worker_document(result.lease_worker) or {}
+        if result.id in document.get("running", ()):
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"no heartbeat of {result.lease_worker!r} listed {result.id} as running")
 
 
 # -- progress and metadata ------------------------------------------------------------
