@@ -17,6 +17,8 @@ from threadmill.api import metrics as api_metrics
 from threadmill.exceptions import BackendConnectionError, LayoutVersionError
 from threadmill.redaction import redact_text
 
+from .security import error_status
+
 
 def _bearer_ok(request) -> bool:
     token = getattr(settings, "THREADMILL_METRICS_TOKEN", "") or ""
@@ -40,7 +42,8 @@ def metrics(request):
     try:
         body = api_metrics.exposition()
     except BackendConnectionError as e:
-        return HttpResponse(f"Redis is unreachable: {redact_text(str(e))}\n", status=503, content_type="text/plain")
+        status, title = error_status(e)
+        return HttpResponse(f"{title}: {redact_text(str(e))}\n", status=status, content_type="text/plain")
     except (LayoutVersionError, ImproperlyConfigured) as e:
         return HttpResponse(f"{redact_text(str(e))}\n", status=503, content_type="text/plain")
     return HttpResponse(body, content_type=api_metrics.CONTENT_TYPE_LATEST)

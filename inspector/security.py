@@ -11,7 +11,7 @@ from django.http import Http404
 from django.shortcuts import render
 from django.utils.csp import CSP, build_policy
 
-from threadmill.exceptions import BackendConnectionError, LayoutVersionError
+from threadmill.exceptions import BackendConnectionError, LayoutVersionError, ServerOutOfMemory, ServerUnreachable
 from threadmill.redaction import redact_text
 
 #: The console's Content-Security-Policy: no inline script or style, nothing from elsewhere.
@@ -81,13 +81,21 @@ _STATUS = {
     BadRequest: (400, "Bad request"),
     LayoutVersionError: (503, "Unknown data layout"),
     ImproperlyConfigured: (503, "Misconfigured"),
+    ServerUnreachable: (503, "Redis is unreachable"),
+    ServerOutOfMemory: (503, "Redis is full"),
 }
+
+#: Any other refusal by the server (a BackendConnectionError): it answered, so it is not "unreachable".
+_REFUSED = (503, "Redis refused the request")
+
+
+def error_status(error: Exception) -> tuple[int, str]:
+    """Return the HTTP status and the page title that name what kind of error `error` is."""
+    return next((pair for kind, pair in _STATUS.items() if isinstance(error, kind)), _REFUSED)
 
 
 def error_page(request, error: Exception):
-    """Render a console error page naming the reason: 400, 403, 404, or 503 when Redis is unreachable or misconfigured, or its data's layout unknown."""
-    status, title = next(
-        (pair for kind, pair in _STATUS.items() if isinstance(error, kind)), (503, "Redis is unreachable")
-    )
+    """Render a console error page naming the reason: 400, 403, 404, or 503 when Redis is unreachable, full, refusing or misconfigured, or its data's layout unknown."""
+    status, title = error_status(error)
     context = {"status": status, "title": title, "reason": redact_text(str(error)) or title}
     return render(request, "inspector/error.html", context, status=status)

@@ -243,3 +243,24 @@ def test_purging_the_ready_segment_settles_a_workflow_task_there(operator_client
     assert error.exception_class_path == "threadmill.exceptions.UpstreamFailed"
     assert backend.get_workflow(run.id).counts["FAILED"] == 2
     assert raw.ttl("threadmill:{default}:workflow:" + run.id) > 0  # finished: it expires with the results
+
+
+def test_a_refused_script_is_a_503_saying_redis_refused_it_not_that_it_is_unreachable(
+    operator_client, settings, raw, redis_url
+):
+    from threadmill.backends.keys import KeySchema
+
+    # A user the server refuses every script: it answers, so the page must not say unreachable.
+    raw.acl_setuser("noscripts", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                    commands=["+@all", "-evalsha", "-eval", "-eval_ro", "-evalsha_ro", "-fcall"])  # fmt: skip
+    try:
+        alias = settings.TASKS["default"]
+        options = {**alias.get("OPTIONS", {}), "connection": {"username": "noscripts", "password": "pw"}}
+        settings.TASKS = {"default": {**alias, "OPTIONS": options}}
+        response = csrf_post(operator_client, "/threadmill/default/default/pause/", {})
+        page = response.content.decode()
+        assert response.status_code == 503, page[:500]
+        assert "Redis refused the request" in page and "unreachable" not in page
+        assert raw.hgetall(KeySchema("default").paused()) == {}
+    finally:
+        raw.acl_deluser("noscripts")

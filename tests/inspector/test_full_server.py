@@ -50,6 +50,15 @@ def test_the_overview_the_metrics_and_the_status_answer_on_a_full_server(full_ba
     assert ready == full_backend.queue_stats()["default"][api.Segment.READY] > 100
 
 
+def test_the_console_names_a_refused_enqueue_on_a_full_server_as_full_not_unreachable(full_backend):
+    from inspector.security import error_status
+    from tests import tasks
+
+    with pytest.raises(ServerOutOfMemory) as refused:
+        full_backend.enqueue(tasks.echo, ["x" * 800], {})
+    assert error_status(refused.value) == (503, "Redis is full")
+
+
 def test_the_overview_warns_from_80_percent_of_maxmemory_and_not_below(settings, client_as, viewer):
     from django.tasks import task_backends
 
