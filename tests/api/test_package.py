@@ -32,3 +32,19 @@ def test_a_bare_import_loads_no_concern_and_every_concern_and_export_is_an_attri
     loaded, last = done.stdout.splitlines()
     assert loaded == "[]"
     assert last == "ok"
+
+
+def test_the_lazy_names_are_the_names_type_checkers_see():
+    # Two lists of one set of names: the imports under TYPE_CHECKING and `_LAZY_NAMES`. A name in one
+    # only is either unchecked or an AttributeError at its first use.
+    import ast
+
+    tree = ast.parse(Path(threadmill.api.__file__).read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    seen = {
+        alias.name: "." * node.level + (node.module or "")
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+    assert seen == threadmill.api._LAZY_NAMES

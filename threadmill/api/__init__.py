@@ -74,7 +74,7 @@ if TYPE_CHECKING:
         task,
         unreachable_backends,
     )
-    from .workers import TelemetryHub, WorkerSnapshot, hub
+    from .workers import TelemetryHub, WorkerSnapshot, hub, parse_worker_event
 
 #: The concerns' modules, attributes of this package (`api.controls`) as they always were, imported at first use.
 _SUBMODULES = frozenset({"actions", "controls", "history", "metrics", "queues", "schedules", "workers", "workflows"})
