@@ -200,6 +200,7 @@ __all__ = [
     "natural_newest_first",
     "overview",
     "page",
+    "parse_worker_event",
     "purge",
     "requeue",
     "requeue_selected",
