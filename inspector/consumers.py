@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import NamedTuple
 from urllib.parse import urlencode
 
 from channels.db import database_sync_to_async
@@ -165,6 +166,57 @@ class WorkflowListFollower:
         return render_to_string(WORKFLOWS_TABLE, context)
 
 
+class Following(NamedTuple):
+    """What one connection follows: the hub's kinds of change it renders on, its render, the progress it collects."""
+
+    kinds: set[str] | frozenset[str]
+    render: Callable[..., str]
+    progressed: set[str] | None = None
+
+
+async def _follow_segment(view: str, query: QueryDict, user) -> Following | None:
+    watch = await database_sync_to_async(SegmentWatch.of)(query)
+    if watch is None:
+        return None
+    # A RUNNING page collects the ids of the tasks that reported progress, to draw their bars.
+    progressed: set[str] | None = set() if watch.segment is api.Segment.RUNNING else None
+    return Following(SEGMENT_KINDS, partial(render_segment_notice, watch), progressed)
+
+
+async def _follow_task(view: str, query: QueryDict, user) -> Following | None:
+    watch, allowed = TaskWatch.of(query), await database_sync_to_async(can_change)(user)
+    if watch is None:
+        return None
+    return Following(TASK_KINDS | {f"progress:{watch.task_id}"}, partial(render_task_status, watch, allowed))
+
+
+async def _follow_workflow(view: str, query: QueryDict, user) -> Following | None:
+    watch, allowed = WorkflowWatch.of(query), await database_sync_to_async(can_change)(user)
+    return None if watch is None else Following(WORKFLOW_KINDS, WorkflowFollower(watch, allowed))
+
+
+async def _follow_workflow_list(view: str, query: QueryDict, user) -> Following | None:
+    watch = WorkflowListWatch.of(query)
+    return None if watch is None else Following(WORKFLOW_KINDS, WorkflowListFollower(watch))
+
+
+async def _follow_fragment(view: str, query: QueryDict, user) -> Following | None:
+    """The overview's and the workers page's fragments; None for any other view (an unknown one)."""
+    if view not in FRAGMENTS:
+        return None
+    allowed = await database_sync_to_async(can_change)(user)
+    return Following(FRAGMENTS[view][2], partial(render_fragment, view, allowed))
+
+
+#: How a connection follows each page kind but the fragments (`_follow_fragment`).
+_FOLLOWERS = {
+    "segment": _follow_segment,
+    "task": _follow_task,
+    "workflow": _follow_workflow,
+    "workflows": _follow_workflow_list,
+}
+
+
 class ConsoleConsumer(AsyncWebsocketConsumer):
     """Pushes a page's live fragment whenever telemetry says it changed, coalesced and paused when hidden."""
 
@@ -177,36 +229,12 @@ class ConsoleConsumer(AsyncWebsocketConsumer):
         # QueryDict decodes any bytes (a hostile query string is not always UTF-8).
         query = QueryDict(self.scope.get("query_string", b""))
         self.view = query.get("view", "overview")
-        self.progressed: set[str] | None = None
-        self.render: Callable[..., str]
-        if self.view == "segment":
-            watch = await database_sync_to_async(SegmentWatch.of)(query)
-            if watch is not None and watch.segment is api.Segment.RUNNING:
-                self.progressed = set()
-            self.kinds, self.render = SEGMENT_KINDS, partial(render_segment_notice, watch)
-        elif self.view == "task":
-            task_watch, allowed = TaskWatch.of(query), await database_sync_to_async(can_change)(user)
-            watch = task_watch
-            if task_watch is not None:
-                self.kinds = TASK_KINDS | {f"progress:{task_watch.task_id}"}
-                self.render = partial(render_task_status, task_watch, allowed)
-        elif self.view == "workflow":
-            workflow_watch, allowed = WorkflowWatch.of(query), await database_sync_to_async(can_change)(user)
-            watch = workflow_watch
-            if workflow_watch is not None:
-                self.kinds, self.render = WORKFLOW_KINDS, WorkflowFollower(workflow_watch, allowed)
-        elif self.view == "workflows":
-            list_watch = watch = WorkflowListWatch.of(query)
-            if list_watch is not None:
-                self.kinds, self.render = WORKFLOW_KINDS, WorkflowListFollower(list_watch)
-        elif self.view in FRAGMENTS:
-            watch, allowed = True, await database_sync_to_async(can_change)(user)
-            self.kinds, self.render = FRAGMENTS[self.view][2], partial(render_fragment, self.view, allowed)
-        else:
-            watch = None
-        if watch is None:
+        follow = _FOLLOWERS.get(self.view, _follow_fragment)
+        following = await follow(self.view, query, user)
+        if following is None:
             await self.close(code=4400)
             return
+        self.kinds, self.render, self.progressed = following
         self.visible = True
         self.changed = asyncio.Event()
         self.loop = asyncio.get_running_loop()
