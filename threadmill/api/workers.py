@@ -259,10 +259,10 @@ class TelemetryHub:
     def _listen(self) -> None:
         # One subscription per distinct server or cluster, whatever the number of browser tabs
         # (on a cluster, sharded: one connection per node owning a channel's slot).
-        channels: dict[tuple[str, bool], dict[str, str]] = {}
+        channels: dict[tuple[str, bool, str, str], dict[str, str]] = {}
         for alias in backend_aliases():
             backend = get_backend(alias)
-            names = channels.setdefault((backend.redis_url, backend.cluster), {})
+            names = channels.setdefault(_connection_of(backend), {})
             # Task scripts publish on their partition's channel, heartbeats on partition 0's.
             for partition in backend.covered_partitions():
                 names[backend.keys_for(partition).telemetry()] = alias
@@ -285,6 +285,21 @@ class TelemetryHub:
         finally:
             for subscription, _ in subscriptions:
                 subscription.close()
+
+
+def _connection_of(backend) -> tuple[str, bool, str, str]:
+    """What decides the connection a backend subscribes on: its URL, whether a cluster, and its client options.
+
+    Two aliases of one URL whose `OPTIONS["connection"]` differ (another ACL user, another TLS
+    certificate) must not share one alias's connection.
+    """
+    config = backend.config
+    return (
+        backend.redis_url,
+        backend.cluster,
+        repr(sorted(config.connection.items())),
+        repr(sorted(config.sentinel.items())),
+    )
 
 
 _hub = TelemetryHub()
