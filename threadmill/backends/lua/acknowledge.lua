@@ -35,8 +35,8 @@
 -- ARGV[7+m+5n+i] (string) optional, task i's attempt record (threadmill.attempts), appended to its
 --                       `attempts` field; "" or absent (an older caller): none
 -- A workflow task (its hash has a `workflow` field, read in the fence's own HMGET, so a plain task
--- runs no command more; its `node` is read only then) releases or fails its children here, once its
--- fence accepted it (lib/workflow).
+-- runs no command more; a failed one's `node` is read then) releases or fails its children here, once
+-- its fence accepted it (lib/workflow).
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it, 2 where stored
 --          and its release ran out of the call's budget: the rest waits on the settling list for
 --          continue_settling.lua, which the caller runs next (the sweep finds it otherwise)
@@ -74,7 +74,7 @@ for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id, segment = KEYS[k + 1], ARGV[a + 1], ARGV[a + 4]
   local record = records_at and ARGV[records_at + i] or ''
-  -- `node` is read only for a workflow task: a plain task's fence reads no field it does not use.
+  -- `node` is read only for a failed workflow task: a plain task's fence reads no field it does not use.
   local token, attempts, workflow
   if record == '' then
     local fields = redis.call('HMGET', task, 'lease_token', 'workflow')
@@ -99,7 +99,8 @@ for i = 1, n do
     redis.call('EXPIRE', task, ARGV[1])
     local stored = 1
     if workflow then
-      local node = redis.call('HGET', task, 'node')
+      -- Only a failure names its node (a cancelled child's `upstream_failed`): a success reads no more.
+      local node = segment == 'failed' and redis.call('HGET', task, 'node') or nil
       workflow_budget = settle_workflow(task, id, workflow, node, segment == 'failed', now, ttl, workflow_budget)
       if workflow_budget <= 0 then
         stored = 2
