@@ -35,7 +35,8 @@
 -- ARGV[7+m+5n+i] (string) optional, task i's attempt record (threadmill.attempts), appended to its
 --                       `attempts` field; "" or absent (an older caller): none
 -- A workflow task (its hash has a `workflow` field, read in the fence's own HMGET, so a plain task
--- runs no command more) releases or fails its children here, once its fence accepted it (lib/workflow).
+-- runs no command more) releases or fails its children here, once its fence accepted it (lib/workflow); the call's
+-- tasks are settled together, so a fan-in's parents in one call read their join once and leave its pending set in one SREM.
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it, 2 where stored
 --          and its release ran out of the call's budget: the rest waits on the settling list for
 --          continue_settling.lua, which the caller runs next (the sweep finds it otherwise)
@@ -61,18 +62,19 @@ local marks = ARGV[6 + m + 5 * n] or ''
 local uniques = ARGV[7 + m + 5 * n] or ''
 -- include: attempts
 -- include: chunked
-local workflow_budget = WORKFLOW_BUDGET
+local workflow_budget, settling = WORKFLOW_BUDGET, new_settling(now, ttl)
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id = KEYS[k + 1], ARGV[a + 1]
   local record = ARGV[7 + m + 5 * n + i] or ''
-  local token, attempts, workflow, node
+  local token, attempts, workflow, node, counted
   if record == '' then
-    local fields = redis.call('HMGET', task, 'lease_token', 'workflow', 'node')
-    token, workflow, node = fields[1], fields[2], fields[3]
+    local fields = redis.call('HMGET', task, 'lease_token', 'workflow', 'node', 'counted')
+    token, workflow, node, counted = fields[1], fields[2], fields[3], fields[4]
   else
-    local fields = redis.call('HMGET', task, 'lease_token', 'attempts', 'workflow', 'node')
+    local fields = redis.call('HMGET', task, 'lease_token', 'attempts', 'workflow', 'node', 'counted')
     token, attempts, workflow, node = fields[1], with_attempt(fields[2], record), fields[3], fields[4]
+    counted = fields[5]
   end
   if token == ARGV[a + 2] then
     if uniques ~= '' and string.sub(uniques, i, i) == 'u' then
@@ -81,8 +83,14 @@ for i = 1, n do
         release_unique(task, id, held[1], held[2], ARGV[a + 4], ttl)
       end
     end
-    if attempts then
+    -- A workflow task's mark that its outcome is counted goes in this HSET, not a command of its own.
+    local marking = workflow and not counted
+    if attempts and marking then
+      redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3], 'attempts', attempts, 'counted', '1')
+    elseif attempts then
       redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3], 'attempts', attempts)
+    elseif marking then
+      redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3], 'counted', '1')
     else
       redis.call('HSET', task, 'segment', ARGV[a + 4], 'result', ARGV[a + 3])
     end
@@ -90,7 +98,8 @@ for i = 1, n do
     redis.call('EXPIRE', task, ttl)
     local stored = 1
     if workflow then
-      workflow_budget = settle_workflow(task, id, workflow, node, ARGV[a + 4] == 'failed', now, ttl, workflow_budget)
+      workflow_budget = settle_workflow(task, id, workflow, node, ARGV[a + 4] == 'failed', now, ttl, workflow_budget,
+        marking and 'set' or 'was', settling)
       if workflow_budget <= 0 then
         stored = 2
       end
@@ -115,6 +124,7 @@ for i = 1, n do
     accepted[i] = 0
   end
 end
+finish_settling(settling)
 for running, ids in pairs(leaving) do
   call_chunked('ZREM', running, ids)
 end
