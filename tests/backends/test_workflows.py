@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import time
 from datetime import timedelta
@@ -306,9 +307,9 @@ def _commands(backend) -> int:
     return sum(stat["calls"] for name, stat in backend.client.info("commandstats").items() if name != "cmdstat_info")
 
 
-def test_a_fan_in_parent_whose_child_still_waits_adds_six_commands_to_its_acknowledgement(backend):
-    # Its counted mark and count, its children popped, the child's fields, its pending set and whether that
-    # emptied: the record's counts are not read while a child is left open.
+def test_a_fan_in_parent_whose_child_still_waits_adds_five_commands_to_its_acknowledgement(backend):
+    # Its count, its children popped, the child's fields, its pending set and whether that emptied: its counted
+    # mark goes in the HSET that stores its outcome, and the record's counts are not read while a child is left open.
     wf = Workflow()
     parents = [wf.add(tasks.echo, (i,)) for i in range(3)]
     wf.add(tasks.echo, after=parents, name="join")
@@ -323,10 +324,92 @@ def test_a_fan_in_parent_whose_child_still_waits_adds_six_commands_to_its_acknow
     plain_cost = _commands(backend) - before
     before = _commands(backend)
     assert backend.acknowledge(_succeeded(workflow_task)) is True
-    assert _commands(backend) - before == plain_cost + 6
+    assert _commands(backend) - before == plain_cost + 5
+    assert backend.client.hget(f"{PREFIX}:task:{workflow_task.id}", "counted") == b"1"
     for parent in leased[1:3]:
         assert backend.acknowledge(_succeeded(parent)) is True
     assert backend.get_result(run.tasks["join"].id).segment is Segment.READY
+    assert backend.get_workflow(run.id).counts["SUCCESSFUL"] == 3
+
+
+def test_fan_in_parents_acknowledged_in_one_call_read_their_join_once_and_leave_its_pending_set_in_one_srem(backend):
+    wf = Workflow()
+    parents = [wf.add(tasks.echo, (i,)) for i in range(4)]
+    join = wf.add(tasks.echo, after=parents, name="join")
+    run = wf.enqueue()
+    leased = backend.acquire("default", count=4, worker="w")
+    backend.client.config_resetstat()
+    assert backend.acknowledge_many([(_succeeded(r), None) for r in leased[:3]]) == [True] * 3
+    calls = {name.removeprefix("cmdstat_"): row["calls"] for name, row in backend.client.info("commandstats").items()}
+    # Each parent pops its children; the join's fields, its pending set and the record's count, once for the three.
+    assert (calls["spop"], calls["srem"], calls["exists"], calls.get("hsetnx", 0)) == (3, 1, 1, 0)
+    # HMGET: the three fences and the join's fields; HINCRBY: the record's count and the queue's totals.
+    assert (calls["hmget"], calls["hincrby"]) == (3 + 1, 1 + 1)
+    record = backend.client.hgetall(f"{PREFIX}:workflow:{run.id}")
+    assert (record[b"successful"], record[b"waiting"]) == (b"3", b"1")
+    assert backend.client.smembers(f"{PREFIX}:pending:{join.id}") == {leased[3].id.encode()}
+    assert backend.get_result(join.id).segment is Segment.WAITING
+    assert backend.acknowledge(_succeeded(leased[3])) is True
+    assert backend.get_result(join.id).segment is Segment.READY
+    record = backend.client.hgetall(f"{PREFIX}:workflow:{run.id}")
+    assert (record[b"successful"], record[b"waiting"]) == (b"4", b"0")
+
+
+#: The commit before the acknowledgement settled its tasks together: its scripts release a parent at a time.
+PER_PARENT_RELEASE = "1b3a732"
+
+
+def _source_at(commit: str, name: str) -> str:
+    """Return script `name` as it was at `commit`, its includes expanded from that commit's lib files."""
+
+    def show(path: str) -> str:
+        done = subprocess.run(["git", "show", f"{commit}:threadmill/backends/lua/{path}"], capture_output=True, text=True,
+                              check=True)  # fmt: skip
+        return done.stdout
+
+    include = re.compile(r"^-- include: (\w+)$", re.MULTILINE)
+    return include.sub(lambda m: show(f"lib/{m.group(1)}.lua"), show(f"{name}.lua"))
+
+
+def test_a_join_whose_parents_the_release_before_and_this_one_acknowledge_runs_once_counted_once(backend, monkeypatch):
+    # A rolling deploy: one parent acknowledged by a worker of the release before (a parent a call), the next two in
+    # one call of this release's, the last by the release before again; the join is released by the last, once.
+    wf = Workflow()
+    parents = [wf.add(tasks.echo, (i,)) for i in range(4)]
+    join = wf.add(tasks.echo, after=parents, name="join")
+    run = wf.enqueue()
+    leased = backend.acquire("default", count=4, worker="w")
+    current = backend.scripts._acknowledge
+    before = LuaScript(_source_at(PER_PARENT_RELEASE, "acknowledge"))
+    monkeypatch.setattr(backend.scripts, "_acknowledge", before)
+    assert backend.acknowledge(_succeeded(leased[0])) is True
+    monkeypatch.setattr(backend.scripts, "_acknowledge", current)
+    assert backend.acknowledge_many([(_succeeded(r), None) for r in leased[1:3]]) == [True, True]
+    assert backend.get_result(join.id).segment is Segment.WAITING
+    monkeypatch.setattr(backend.scripts, "_acknowledge", before)
+    assert backend.acknowledge(_succeeded(leased[3])) is True
+    assert backend.get_result(join.id).segment is Segment.READY
+    assert backend.client.zrange(f"{PREFIX}:default:ready", 0, -1) == [join.id.encode()]
+    assert Sweeper(backend).sweep("default", 0) == 0
+    record = backend.client.hgetall(f"{PREFIX}:workflow:{run.id}")
+    assert (record[b"successful"], record[b"waiting"]) == (b"4", b"0")
+
+
+def test_a_parent_failing_in_the_call_that_counts_its_sibling_fails_the_join_once(backend):
+    # The success's removal from the join's pending set waits for the call's end; the failure fails the join first.
+    wf = Workflow()
+    parents = [wf.add(tasks.echo, (i,)) for i in range(2)]
+    join = wf.add(tasks.echo, after=parents, name="join")
+    run = wf.enqueue()
+    leased = backend.acquire("default", count=2, worker="w")
+    failed = dataclasses.replace(leased[1], status=TaskResultStatus.FAILED)
+    assert backend.acknowledge_many([(_succeeded(leased[0]), None), (failed, None)]) == [True, True]
+    assert backend.get_result(join.id).segment is Segment.FAILED
+    assert not backend.client.exists(f"{PREFIX}:pending:{join.id}")
+    assert backend.client.zrange(f"{PREFIX}:default:waiting", 0, -1) == []
+    record = backend.client.hgetall(f"{PREFIX}:workflow:{run.id}")
+    assert (record[b"successful"], record[b"failed"], record[b"waiting"]) == (b"1", b"2", b"0")
+    assert b"finished_at" in record
 
 
 def test_the_brokers_first_pass_leaves_the_sweep_to_one_interval_later(backend, previous_acknowledge):

@@ -34,9 +34,10 @@
 --                       nothing more than its fence)
 -- ARGV[7+m+5n+i] (string) optional, task i's attempt record (threadmill.attempts), appended to its
 --                       `attempts` field; "" or absent (an older caller): none
--- A workflow task (its hash has a `workflow` field, read in the fence's own HMGET, so a plain task
--- runs no command more; a failed one's `node` is read then) releases or fails its children here, once
--- its fence accepted it (lib/workflow).
+-- A workflow task (its hash has a `workflow` field, read in the fence's own HMGET with its `counted`
+-- mark, so a plain task runs no command more; a failed one's `node` is read then) releases or fails its
+-- children here, once its fence accepted it (lib/workflow). The call's tasks are settled together, so a
+-- fan-in's parents in one call read their join once and leave its pending set in one SREM.
 -- Returns: {accepted_1, ..., accepted_n}, 1 where stored, 0 where the fence refused it, 2 where stored
 --          and its release ran out of the call's budget: the rest waits on the settling list for
 --          continue_settling.lua, which the caller runs next (the sweep finds it otherwise)
@@ -69,19 +70,20 @@ local any_unique = string.find(uniques, 'u', 1, true) ~= nil
 local any_mark = string.find(marks, '[ta]') ~= nil
 local records_at = ARGV[8 + m + 5 * n] and 7 + m + 5 * n
 local score = string.format('%.17g', now)
-local workflow_budget = WORKFLOW_BUDGET
+local workflow_budget, settling = WORKFLOW_BUDGET, new_settling(now, ttl)
 for i = 1, n do
   local k, a = 3 * m + 3 * i - 3, 5 + m + 5 * i - 5
   local task, id, segment = KEYS[k + 1], ARGV[a + 1], ARGV[a + 4]
   local record = records_at and ARGV[records_at + i] or ''
-  -- `node` is read only for a failed workflow task: a plain task's fence reads no field it does not use.
-  local token, attempts, workflow
+  -- `counted` (a workflow task's mark that its outcome is counted) rides in the fence's HMGET: a field more for
+  -- a plain task, inside the same reply table of four, against a command more for every workflow task.
+  local token, attempts, workflow, counted
   if record == '' then
-    local fields = redis.call('HMGET', task, 'lease_token', 'workflow')
-    token, workflow = fields[1], fields[2]
+    local fields = redis.call('HMGET', task, 'lease_token', 'workflow', 'counted')
+    token, workflow, counted = fields[1], fields[2], fields[3]
   else
-    local fields = redis.call('HMGET', task, 'lease_token', 'attempts', 'workflow')
-    token, attempts, workflow = fields[1], with_attempt(fields[2], record), fields[3]
+    local fields = redis.call('HMGET', task, 'lease_token', 'attempts', 'workflow', 'counted')
+    token, attempts, workflow, counted = fields[1], with_attempt(fields[2], record), fields[3], fields[4]
   end
   if token == ARGV[a + 2] then
     if any_unique and string.sub(uniques, i, i) == 'u' then
@@ -90,8 +92,14 @@ for i = 1, n do
         release_unique(task, id, held[1], held[2], segment, ttl)
       end
     end
-    if attempts then
+    -- The counted mark goes in the HSET that stores the outcome, not a command of its own.
+    local marking = workflow and not counted
+    if attempts and marking then
+      redis.call('HSET', task, 'segment', segment, 'result', ARGV[a + 3], 'attempts', attempts, 'counted', '1')
+    elseif attempts then
       redis.call('HSET', task, 'segment', segment, 'result', ARGV[a + 3], 'attempts', attempts)
+    elseif marking then
+      redis.call('HSET', task, 'segment', segment, 'result', ARGV[a + 3], 'counted', '1')
     else
       redis.call('HSET', task, 'segment', segment, 'result', ARGV[a + 3])
     end
@@ -101,7 +109,8 @@ for i = 1, n do
     if workflow then
       -- Only a failure names its node (a cancelled child's `upstream_failed`): a success reads no more.
       local node = segment == 'failed' and redis.call('HGET', task, 'node') or nil
-      workflow_budget = settle_workflow(task, id, workflow, node, segment == 'failed', now, ttl, workflow_budget)
+      workflow_budget = settle_workflow(task, id, workflow, node, segment == 'failed', now, ttl, workflow_budget,
+        marking and 'set' or 'was', settling)
       if workflow_budget <= 0 then
         stored = 2
       end
@@ -136,6 +145,7 @@ for i = 1, n do
     accepted[i] = 0
   end
 end
+finish_settling(settling)
 for running, ids in pairs(leaving) do
   call_chunked('ZREM', running, ids)
 end

@@ -66,7 +66,7 @@ for i, child in ipairs(ids) do
         if f[1] == 'successful' or f[1] == 'failed' or f[1] == 'unreadable' or not f[1] then
           local budget = math.max(math.floor(steps / SETTLE_STEPS), 1)
           local left = settle_workflow(task, parent, workflow, f[2] or parent, f[1] ~= 'successful', now, ttl,
-            budget, not f[1])
+            budget, not f[1] and 'gone' or nil)
           steps, settled = steps - (budget - left) * SETTLE_STEPS, settled + 1
         end
       end

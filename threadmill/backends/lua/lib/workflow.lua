@@ -25,13 +25,39 @@ local function prefix_of(task_key, id)
   return string.sub(task_key, 1, #task_key - #id - #':task:')
 end
 
--- Count a final outcome in the workflow's record unless the task's `counted` field says it was. A task
--- whose hash is gone (`gone`) is left a hash of `counted` alone, which expires after `ttl` as its record does.
-local function count_outcome(task_key, record, failed, ttl, gone)
-  if redis.call('HSETNX', task_key, 'counted', '1') == 1 then
-    redis.call('HINCRBY', record, failed and 'failed' or 'successful', 1)
-    if gone then
-      redis.call('EXPIRE', task_key, ttl)
+-- The settling of one script call: what its visits leave for the end of the call, done there once by
+-- `finish_settling`, since each command a script runs costs about a microsecond of bridging on top of its own work
+-- (a fan-in's parents, acknowledged in one call, paid a read of the join, an SREM, an EXISTS and an HINCRBY each).
+-- `fields`: each child's fields, read once a call and its segment kept current by the call (only this call writes
+-- it meanwhile); `pending`: per child (in `order`), the parents taken out of its pending set at the end, in one SREM,
+-- the child released once that set empties; `counts`: per record (in `records`), the outcomes and waiting tasks to
+-- add, one HINCRBY a field; `closed`: the records a task was settled in without a child left waiting, whose counts
+-- are read at the end for the workflow's finish (a child left waiting proves it is not finished).
+local function new_settling(now, ttl)
+  return {now = now, ttl = ttl, fields = {}, pending = {}, order = {}, counts = {}, records = {}, closed = {}}
+end
+
+-- Add `by` to field `name` (successful, failed, waiting) of workflow record `record` at the end of the call.
+local function add_count(s, record, name, by)
+  local counts = s.counts[record]
+  if not counts then
+    counts = {successful = 0, failed = 0, waiting = 0}
+    s.counts[record] = counts
+    table.insert(s.records, record)
+  end
+  counts[name] = counts[name] + by
+end
+
+-- Count a final outcome in the workflow's record unless the task's `counted` field says it was. `mark` says how
+-- that mark stands: nil, read and set here in one command; 'gone', the task's hash is gone (a hash of `counted`
+-- alone is left, which expires after the call's `ttl` as its record does); 'set', its caller set it in this call,
+-- having read it unset (the acknowledgement, in the HSET that stores the outcome); 'was', set before (count nothing).
+-- The count is added at the end of the call (`s`, new_settling).
+local function count_outcome(s, task_key, record, failed, mark)
+  if mark == 'set' or (mark ~= 'was' and redis.call('HSETNX', task_key, 'counted', '1') == 1) then
+    add_count(s, record, failed and 'failed' or 'successful', 1)
+    if mark == 'gone' then
+      redis.call('EXPIRE', task_key, s.ttl)
     end
   end
 end
@@ -52,34 +78,106 @@ local function leave_waiting(task_key, id, wid)
   redis.call('HINCRBY', prefix .. ':workflow:' .. wid, 'waiting', -1)
 end
 
--- Fail waiting task `child` (hash `child_key`, of `queue`) because `parent` (node `parent_node`) failed.
-local function fail_upstream(prefix, record, child, child_key, queue, parent, parent_node, now, ttl)
+-- Fail waiting task `child` (hash `child_key`, of `queue`, fields `f`) because `parent` (node `parent_node`) failed.
+local function fail_upstream(s, prefix, record, child, child_key, f, parent, parent_node)
   redis.call('HSET', child_key, 'segment', 'failed', 'counted', '1', 'upstream_failed',
-    cjson.encode({parent = parent_node, parent_id = parent, at = now}))
-  redis.call('EXPIRE', child_key, ttl)
+    cjson.encode({parent = parent_node, parent_id = parent, at = s.now}))
+  redis.call('EXPIRE', child_key, s.ttl)
   redis.call('DEL', prefix .. ':pending:' .. child)
-  redis.call('ZREM', prefix .. ':' .. queue .. ':waiting', child)
-  redis.call('ZADD', prefix .. ':' .. queue .. ':failed', now, child)
-  redis.call('HINCRBY', prefix .. ':' .. queue .. ':totals', 'finished', 1)
-  redis.call('HINCRBY', prefix .. ':' .. queue .. ':totals', 'failed', 1)
-  redis.call('HINCRBY', record, 'waiting', -1)
-  redis.call('HINCRBY', record, 'failed', 1)
+  redis.call('ZREM', prefix .. ':' .. f[2] .. ':waiting', child)
+  redis.call('ZADD', prefix .. ':' .. f[2] .. ':failed', s.now, child)
+  redis.call('HINCRBY', prefix .. ':' .. f[2] .. ':totals', 'finished', 1)
+  redis.call('HINCRBY', prefix .. ':' .. f[2] .. ':totals', 'failed', 1)
+  add_count(s, record, 'waiting', -1)
+  add_count(s, record, 'failed', 1)
+  f[1] = 'failed'
+  local left = s.pending[child]
+  if left then
+    left.parents = {}  -- its pending set is gone: nothing to take out of it
+  end
+end
+
+-- Take `parent` out of waiting child `child`'s pending set at the end of the call (`finish_settling`).
+local function leave_pending(s, prefix, record, child, child_key, f, parent)
+  local left = s.pending[child]
+  if not left then
+    left = {key = prefix .. ':pending:' .. child, child_key = child_key, f = f, prefix = prefix, record = record,
+      parents = {}}
+    s.pending[child] = left
+    table.insert(s.order, child)
+  end
+  table.insert(left.parents, parent)
+end
+
+-- Finish call settling `s`: take each child's parents out of its pending set (one SREM; a call visits at most the
+-- budget, so its arguments stay within Lua's stack) and release the child once that set empties, move the children
+-- released to their ready segments (one ZREM and one ZADD a queue, one wake token), add the counts, and record the
+-- finish of a workflow whose visits left no child waiting and whose every task is now counted.
+local function finish_settling(s)
+  local released, queues = {}, {}
+  for _, child in ipairs(s.order) do
+    local left = s.pending[child]
+    if left.parents[1] and redis.call('SREM', left.key, unpack(left.parents)) > 0
+        and redis.call('EXISTS', left.key) == 0 then
+      redis.call('HSET', left.child_key, 'segment', 'ready')
+      left.f[1] = 'ready'
+      local queue = left.prefix .. ':' .. left.f[2]
+      local batch = released[queue]
+      if not batch then
+        batch = {ids = {}, scored = {}}
+        released[queue] = batch
+        table.insert(queues, queue)
+      end
+      table.insert(batch.ids, child)
+      table.insert(batch.scored, left.f[3])
+      table.insert(batch.scored, child)
+      add_count(s, left.record, 'waiting', -1)
+    end
+  end
+  for _, queue in ipairs(queues) do
+    local batch = released[queue]
+    redis.call('ZREM', queue .. ':waiting', unpack(batch.ids))
+    redis.call('ZADD', queue .. ':ready', unpack(batch.scored))
+    if redis.call('LLEN', queue .. ':wake') == 0 then
+      redis.call('LPUSH', queue .. ':wake', '1')
+    end
+  end
+  for _, record in ipairs(s.records) do
+    local counts = s.counts[record]
+    for _, name in ipairs({'successful', 'failed', 'waiting'}) do
+      if counts[name] ~= 0 then
+        redis.call('HINCRBY', record, name, counts[name])
+      end
+    end
+  end
+  for _, record in ipairs(s.records) do
+    if s.closed[record] then
+      local counts = redis.call('HMGET', record, 'total', 'successful', 'failed')
+      if (tonumber(counts[2]) or 0) + (tonumber(counts[3]) or 0) >= (tonumber(counts[1]) or 0) then
+        redis.call('HSET', record, 'finished_at', s.now)
+        redis.call('EXPIRE', record, s.ttl)
+      end
+    end
+  end
 end
 
 -- Count final task `id`'s outcome (`failed` true for a failure) in workflow `wid`'s record and release or
--- fail its children, theirs after them, visiting at most `budget` children; push one wake token per queue
--- that got a ready task; `gone` says its hash is gone (count_outcome). Returns the budget left: 0 when it
--- may have stopped short, the tasks it did not finish then on the settling list.
-local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget, gone)
+-- fail its children, theirs after them, visiting at most `budget` children; `mark` says how its `counted` mark
+-- stands (count_outcome). `s`: the call's settling (new_settling), finished by the caller once every task of the call
+-- is settled; nil: this call's own, finished here. Returns the budget left: 0 when it may have stopped short,
+-- the tasks it did not finish then on the settling list.
+local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget, mark, s)
+  local own = s == nil
+  s = s or new_settling(now, ttl)
   local prefix = prefix_of(task_key, id)
   local record = prefix .. ':workflow:' .. wid
-  count_outcome(task_key, record, failed, ttl, gone)
-  -- `open`: a child visited was waiting (it still waits, or was made ready), so the workflow is not finished
-  -- and its counts need no read: a fan-in's parents skip it, about a sixth of their release's commands. A child
-  -- in any other segment proves nothing (an unreadable one is final), so the counts are read then.
-  -- `released`: per queue, the children made ready, moved out of waiting in one ZREM and one ZADD at the end
-  -- (the acknowledgement's own batching; a call releases at most the budget, 2,000 arguments).
-  local settling, head, released, open = {{id, failed, node}}, 1, {}, false
+  add_count(s, record, 'successful', 0)  -- listed, counted or not: its counts and its finish come at the end
+  count_outcome(s, task_key, record, failed, mark)
+  -- `open`: a child visited was waiting (it still waits, or will be made ready), so the workflow is not finished
+  -- and its counts need no read: a fan-in's parents skip it. A child in any other segment proves nothing (an
+  -- unreadable one is final), so the counts are read then (once a call, at its end, when the call may have
+  -- failed that child since).
+  local settling, head, open = {{id, failed, node}}, 1, false
   while settling[head] and budget > 0 do
     local parent, parent_failed, parent_node = settling[head][1], settling[head][2], settling[head][3]
     head = head + 1
@@ -87,21 +185,17 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
     for _, child in ipairs(redis.call('SPOP', prefix .. ':children:' .. parent, budget)) do
       budget = budget - 1
       local child_key = prefix .. ':task:' .. child
-      local f = redis.call('HMGET', child_key, 'segment', 'queue', 'score', 'on_parent_failure', 'node')
-      local queue, pending = f[2], prefix .. ':pending:' .. child
+      local f = s.fields[child_key]
+      if not f then
+        f = redis.call('HMGET', child_key, 'segment', 'queue', 'score', 'on_parent_failure', 'node')
+        s.fields[child_key] = f
+      end
       if f[1] == 'waiting' and parent_failed and f[4] ~= 'run' then
-        fail_upstream(prefix, record, child, child_key, queue, parent, parent_node, now, ttl)
+        fail_upstream(s, prefix, record, child, child_key, f, parent, parent_node)
         table.insert(settling, {child, true, f[5]})
       elseif f[1] == 'waiting' then
         open = true
-        if redis.call('SREM', pending, parent) == 1 and redis.call('EXISTS', pending) == 0 then
-          redis.call('HSET', child_key, 'segment', 'ready')
-          local batch = released[queue] or {ids = {}, scored = {}}
-          released[queue] = batch
-          table.insert(batch.ids, child)
-          table.insert(batch.scored, f[3])
-          table.insert(batch.scored, child)
-        end
+        leave_pending(s, prefix, record, child, child_key, f, parent)
       end
     end
   end
@@ -114,21 +208,11 @@ local function settle_workflow(task_key, id, wid, node, failed, now, ttl, budget
       redis.call('EXPIRE', prefix .. ':children:' .. settling[i][1], ttl)
     end
   end
-  for queue, batch in pairs(released) do
-    redis.call('ZREM', prefix .. ':' .. queue .. ':waiting', unpack(batch.ids))
-    redis.call('ZADD', prefix .. ':' .. queue .. ':ready', unpack(batch.scored))
-    redis.call('HINCRBY', record, 'waiting', -#batch.ids)
-    local wake = prefix .. ':' .. queue .. ':wake'
-    if redis.call('LLEN', wake) == 0 then
-      redis.call('LPUSH', wake, '1')
-    end
-  end
   if not open then
-    local counts = redis.call('HMGET', record, 'total', 'successful', 'failed')
-    if (tonumber(counts[2]) or 0) + (tonumber(counts[3]) or 0) >= (tonumber(counts[1]) or 0) then
-      redis.call('HSET', record, 'finished_at', now)
-      redis.call('EXPIRE', record, ttl)
-    end
+    s.closed[record] = true
+  end
+  if own then
+    finish_settling(s)
   end
   return budget
 end
