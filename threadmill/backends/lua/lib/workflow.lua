@@ -149,11 +149,9 @@ local function finish_settling(s)
         redis.call('HINCRBY', record, name, counts[name])
       end
     end
-  end
-  for _, record in ipairs(s.records) do
     if s.closed[record] then
-      local counts = redis.call('HMGET', record, 'total', 'successful', 'failed')
-      if (tonumber(counts[2]) or 0) + (tonumber(counts[3]) or 0) >= (tonumber(counts[1]) or 0) then
+      local stored = redis.call('HMGET', record, 'total', 'successful', 'failed')
+      if (tonumber(stored[2]) or 0) + (tonumber(stored[3]) or 0) >= (tonumber(stored[1]) or 0) then
         redis.call('HSET', record, 'finished_at', s.now)
         redis.call('EXPIRE', record, s.ttl)
       end
