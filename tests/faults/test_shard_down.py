@@ -105,6 +105,25 @@ def test_a_broker_pass_serves_every_partition_but_the_one_on_a_frozen_primary(cl
     assert segments(backend, leased, [FROZEN]) == [Segment.FAILED]
 
 
+def test_every_pass_during_a_freeze_waits_out_one_socket_timeout_on_the_frozen_primary(cluster):
+    backend = RedisTaskBackend(
+        "default", cluster.params(QUEUES=["default"], OPTIONS={"partitions": 3, "socket_timeout": SOCKET_TIMEOUT_S})
+    )
+    broker = RedisBroker(backend, ["default"])
+    broker.run_once()
+    took = []
+    with frozen(cluster, FROZEN):
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(ServerUnreachable):
+                broker.run_once()
+            took.append(time.monotonic() - started)
+            assert broker.failed_partitions == {FROZEN}
+    # The second and later passes once waited 2-4 timeouts: a new connection to the hung node was
+    # tried twice, and the slot map reloaded after each failure could be asked of that node first.
+    assert max(took) < 1.8 * SOCKET_TIMEOUT_S, took
+
+
 def test_recovery_takes_back_a_dead_workers_leases_on_every_partition_but_the_one_on_a_frozen_primary(cluster):
     backend = RedisTaskBackend(
         "default",

@@ -8,20 +8,23 @@ connection per thread and node, found through the cluster client's slot map.
 A connection the node closed (a restart, CLIENT KILL) is found by a poll before it is reused
 and made anew, as on a single server. A redirection (MOVED, ASK) or a command that could not
 be sent (the node is gone) refreshes the slot map and is tried once more, which is what
-carries a call across a failover. A command that was sent but whose reply was lost is never
+carries a call across a failover; one that timed out on a node the fresh map still names is
+not (the node is hung: another try would wait out another `socket_timeout`), and the map is
+read from the other nodes first. A command that was sent but whose reply was lost is never
 resent: it may have run, and running a script twice is not safe (an acquire would lease
 twice). The caller sees `ServerUnreachable` then, as on a single server, and rides it out.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import NodesManager, RedisCluster
 from redis.crc import key_slot
 
 from .script_source import LuaScript
@@ -29,6 +32,8 @@ from .transport import ServerTransport, dropped_on_failover, reusable, send
 
 logger = logging.getLogger("threadmill.backend")
 
+#: Whether this redis-py's slot map reload can be told which node to ask last (newer releases; 5.2 cannot).
+_ASKS_FAILED_NODE_LAST = "last_failed_node_name" in inspect.signature(NodesManager.initialize).parameters
 #: Redirections and refusals a node answers before running anything: the call may go again.
 _NOT_RUN = (redis.exceptions.MovedError, redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError)
 
@@ -67,13 +72,21 @@ class ClusterTransport(ServerTransport):
             connection = connections[node.name] = pool.make_connection()
         return connection
 
-    def _refresh(self, error: Exception) -> None:
-        """Reload the slot map after `error`; a cluster that cannot answer now leaves the old one."""
+    def _refresh(self, error: Exception, failed_node: str | None = None) -> None:
+        """Reload the slot map after `error`; a cluster that cannot answer now leaves the old one.
+
+        `failed_node` (`host:port`), the node that did not answer, is asked last for the map.
+        """
         if isinstance(error, redis.exceptions.MovedError):
             self.client.nodes_manager.move_slot(error)
             return
+        manager = self.client.nodes_manager
         try:
-            self.client.nodes_manager.initialize()
+            if failed_node is not None and _ASKS_FAILED_NODE_LAST:
+                # Asked first, a hung node (SIGSTOP) would cost the refresh a socket_timeout of its own.
+                manager.initialize(last_failed_node_name=failed_node)
+            else:
+                manager.initialize()
         except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
             logger.debug("Refreshing the cluster's slot map failed: %s", e)
 
@@ -87,8 +100,11 @@ class ClusterTransport(ServerTransport):
             except (redis.ConnectionError, redis.TimeoutError) as e:
                 # Not sent, so not run: safe to send again once the map is fresh.
                 connection.disconnect()
-                self._refresh(e)
-                if attempt == 2:
+                owner = _node_name(connection)
+                self._refresh(e, failed_node=owner)
+                if attempt == 2 or (isinstance(e, redis.TimeoutError) and self.server_name(key) == owner):
+                    # A node that timed out and still owns the slot is hung (SIGSTOP, a stalled
+                    # host): a second try would only wait out another socket_timeout.
                     raise
                 continue
             try:
@@ -104,7 +120,7 @@ class ClusterTransport(ServerTransport):
             except (redis.ConnectionError, redis.TimeoutError) as e:
                 # Sent but unanswered: it may have run, so it is not sent again.
                 connection.disconnect()
-                self._refresh(e)
+                self._refresh(e, failed_node=_node_name(connection))
                 raise
             except redis.ResponseError as e:
                 if dropped_on_failover(connection, e):
@@ -158,3 +174,8 @@ class ClusterTransport(ServerTransport):
         """Block on the wake lists (BLPOP, one slot) on the node owning their slot; return the key that woke, or None."""
         reply, _ = self._send(wake_keys[0], ("BLPOP", *wake_keys, timeout_s), timeout=timeout_s + socket_timeout_s)
         return None if reply is None else reply[0].decode()
+
+
+def _node_name(connection: Any) -> str:
+    """Name the node a connection goes to as the slot map does (`host:port`)."""
+    return f"{connection.host}:{connection.port}"

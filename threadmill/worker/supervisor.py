@@ -137,12 +137,14 @@ class Supervisor:
         self._collect()
 
     def _full_pass(self) -> None:
+        # The commands wait on partition 0 and are read before the pass: a pass that waits out another
+        # partition's frozen server (socket_timeout) must not hold them up. The previous pass says
+        # whether partition 0 answers.
         try:
-            self.broker.run_once(due_only=True)
-        finally:
-            # The commands wait on partition 0: another partition's server being down must not hold them up.
             if 0 not in self.broker.failed_partitions:
                 self._obey_operators()
+        finally:
+            self.broker.run_once(due_only=True)
 
     def _obey_operators(self) -> None:
         """Carry out the quiet and stop commands operators left in Redis for this pool's processes."""
