@@ -187,6 +187,16 @@ def test_a_task_this_workflow_cannot_hold_raises_before_anything_is_sent(backend
     assert _stored(backend) == stored
 
 
+def test_a_task_added_with_a_per_task_limit_is_stored_as_a_limited_enqueue_stores_one(backend, graph):
+    _run, _nodes, caller, _bystander = graph
+    added = _workflow(backend, caller).add(tasks.three_at_a_time, (1,), before=["join"])
+    client = backend.client
+    assert client.hget(f"{PREFIX}:task:{added.id}", "limit_path") == b"tests.tasks.three_at_a_time"
+    assert client.hget(f"{PREFIX}:task-limits", "tests.tasks.three_at_a_time") == b"3||"
+    assert client.hget(f"{PREFIX}:limited-queues", "default") == b"1"
+    assert backend.get_result(added.id).segment is Segment.WAITING
+
+
 def test_a_parent_whose_result_expired_is_left_out_of_the_parents(backend, graph):
     _run, nodes, caller, _bystander = graph
     backend.client.delete(f"{PREFIX}:task:{nodes['root'].id}")

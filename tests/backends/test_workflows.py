@@ -460,3 +460,30 @@ def test_a_finished_workflow_leaves_the_index_once_its_record_expired_and_an_ope
 
     assert backend.client.zrange(index, 0, -1) == [still_open.id.encode()]
     assert Recounter(backend).recount() == 0 and backend.client.zcard(index) == 1
+
+
+def test_a_workflow_task_with_a_per_task_limit_is_held_to_it_once_its_parent_releases_it(backend):
+    wf = Workflow()
+    root = wf.add(tasks.echo, ("root",))
+    limited = [wf.add(tasks.three_at_a_time, (i,), after=[root]) for i in range(5)]
+    plain = wf.add(tasks.echo, ("plain",), after=[root])
+    wf.enqueue()
+    client = backend.client
+    assert client.hget(f"{PREFIX}:task:{limited[0].id}", "limit_path") == b"tests.tasks.three_at_a_time"
+    assert client.hget(f"{PREFIX}:task:{plain.id}", "limit_path") is None
+    assert client.hget(f"{PREFIX}:task-limits", "tests.tasks.three_at_a_time") == b"3||"
+    assert client.hget(f"{PREFIX}:limited-queues", "default") == b"1"
+
+    [leased_root] = backend.acquire("default", worker="w")
+    assert backend.acknowledge(_succeeded(leased_root)) is True
+    leased = backend.acquire("default", worker="w", count=10)
+
+    assert sorted(r.id for r in leased) == sorted([plain.id] + [n.id for n in limited[:3]])
+    assert backend.acquire("default", worker="w", count=10).held_back
+    assert backend.acknowledge(_succeeded(next(r for r in leased if r.id == limited[0].id))) is True
+    assert [r.id for r in backend.acquire("default", worker="w", count=10)] == [limited[3].id]
+
+
+def test_a_plain_workflow_leaves_no_trace_of_per_task_limits(backend):
+    _chain(backend)
+    assert backend.client.exists(f"{PREFIX}:task-limits", f"{PREFIX}:limited-queues") == 0

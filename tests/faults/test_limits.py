@@ -164,3 +164,32 @@ def test_an_idle_worker_waiting_on_a_held_back_queue_wakes_when_an_acknowledgeme
     wait_for(lambda: tally.started()[waiting], lambda: f"the waiting task starts ({tally.summary()})", 2.5)
     print(f"the held-back task started {time.monotonic() - acknowledged_at:.2f} s after the slot freed")
     assert held_id not in tally.started()
+
+
+def test_a_workflow_s_fan_out_of_limited_tasks_runs_at_most_the_limit_at_once_and_joins_once(
+    tally: Tally, fault_server, start_pool
+):
+    # 45 `@task(concurrency=3)` children a root releases at once, then a join of them all, on 16 threads.
+    from threadmill.workflows import Workflow
+
+    wf = Workflow(name="limited fan-out")
+    root = wf.add(tasks.count_run)
+    children = [
+        wf.add(tasks.count_concurrent_three_at_a_time, kwargs={"sleep_ms": 30}, after=[root]) for _ in range(45)
+    ]
+    join = wf.add(tasks.count_run, after=children)
+    wf.check()
+    run = tally.backend.enqueue_workflow(wf)  # the backend under test, not the settings' default
+    tally.ids += [node.id for node in (root, *children, join)]
+
+    pool = start_pool(fault_server, "-w", "4", "-t", "4")
+    wait_for_drain(pool, tally, 60)
+
+    tally.assert_each_ran_once()
+    assert _peak(tally) == 3, f"peak running at once {_peak(tally)}, limit 3"
+    results = {node: tally.backend.get_result(node.id) for node in (root, *children, join)}
+    assert min(results[c].started_at for c in children) >= results[root].finished_at
+    assert results[join].started_at >= max(results[c].finished_at for c in children)
+    run = tally.backend.get_workflow(run.id)
+    assert run.status.name == "SUCCESSFUL" and run.counts["SUCCESSFUL"] == 47
+    print(f"workflow of 45 limited children: peak running at once {_peak(tally)} of 16 threads, limit 3")

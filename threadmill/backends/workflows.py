@@ -22,6 +22,7 @@ from django.utils.json import normalize_json
 
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
 from ..exceptions import DurableEnqueueError, WorkflowError
+from ..limits import task_limit
 from ..running_workflow import UNNAMED_ADDED, ParentResults, StoredWorkflow
 from ..workflows import COUNT_KEYS, MAX_EDGES, MAX_TASKS, WorkflowResult, full_graph, parents_first, status_of
 from . import codec
@@ -64,9 +65,10 @@ class WorkflowScripts(ScriptHost):
     def enqueue_workflow(
         self, workflow_id: str, name: str, graph: str, entries: Sequence[tuple], durable_within_s: float | None = None
     ) -> int:
-        """Store (id, payload, queue, segment, ready score, score, node, parent indices, policy) entries as one workflow.
+        """Store (id, payload, queue, segment, ready score, score, node, parent indices, policy, task limit) entries as
+        one workflow.
 
-        Parent indices count from 1 in `entries`. Returns the number stored, 0 when the workflow
+        Parent indices count from 1 in `entries`; a task limit is `limits.task_limit`'s (path, limit). Returns the number stored, 0 when the workflow
         was stored already, -1 when a task id is taken (nothing stored then). With
         `durable_within_s`, return only once it is in the append-only file, as `enqueue_many`.
         """
@@ -77,7 +79,7 @@ class WorkflowScripts(ScriptHost):
         for queue in queues:
             keys += [k.wake(queue), k.totals(queue)]
         args: list[Any] = [workflow_id, name, graph, len(queues), *queues]
-        for task_id, payload, queue, segment, score_when_ready, score, node, parents, policy in entries:
+        for task_id, payload, queue, segment, score_when_ready, score, node, parents, policy, limit in entries:
             keys += [
                 k.task(task_id),
                 k.segment(queue, segment),
@@ -86,7 +88,8 @@ class WorkflowScripts(ScriptHost):
             ]
             parent_text = ",".join(str(p) for p in parents)
             args += [task_id, payload, index[queue], segment.value, score_when_ready, score, node]
-            args.append(f"{parent_text}|{policy}")
+            args.append(f"{parent_text}|{policy}|{limit[0]}|{limit[1]}" if limit[0] else f"{parent_text}|{policy}")
+        keys += [k.task_limits(), k.limited_queues()]
         if durable_within_s is None:
             return self._run(_enqueue_workflow, keys, args)
         stored, synced = self._run_durably(_enqueue_workflow, keys, args, durable_within_s)
@@ -104,6 +107,8 @@ class WorkflowScripts(ScriptHost):
     ) -> tuple[int, int]:
         """Add an (id, payload, queue, ready score, node, policy, tally) task after running task `caller`; (code, index).
 
+        `policy` is the failure policy, followed for a task with a per-task limit by "|path|limit" (add_to_workflow.lua).
+
         `caller` is (id, lease token), holding that lease; `edges`, the read graph's dependency count (old records).
 
         Each id of `before` waits for it too; tally: the record field listing unnamed adds, "" if named.
@@ -116,6 +121,7 @@ class WorkflowScripts(ScriptHost):
         keys += [k.task(caller_id), k.workflow_children(caller_id)]
         for before_id in before:
             keys += [k.task(before_id), k.workflow_pending(before_id)]
+        keys += [k.task_limits(), k.limited_queues()]
         taken = "[" + json.dumps(node) + ', "'
         args = [wid, caller_id, task_id, payload, queue, ready_score, node, policy, taken, graph_entry]
         args += [MAX_TASKS, lease_token, MAX_EDGES, edges, tally]
@@ -272,9 +278,8 @@ class WorkflowBackend:
 
     def _check_task(self, task: Any, node: str, has_parents: bool) -> None:
         self.validate_task(task)
-        for option in ("unique", "concurrency", "rate"):
-            if getattr(task, option, None):
-                raise WorkflowError(f"Node {node!r}: a workflow task cannot have {option}= in this release.")
+        if getattr(task, "unique", None):
+            raise WorkflowError(f"Node {node!r}: a workflow task cannot have unique= in this release.")
         if has_parents and task.run_after is not None:
             raise WorkflowError(f"Node {node!r}: a task with parents cannot have run_after in this release.")
 
@@ -300,6 +305,7 @@ class WorkflowBackend:
             node.name,
             parents,
             node.on_parent_failure,
+            task_limit(task),
         )
 
     @translate_errors
@@ -397,7 +403,9 @@ class WorkflowBackend:
         now = time.time()
         payload = codec.encode_new(task, node.id, normalize_json(list(args)), normalize_json(kwargs), now)
         tally = f"{UNNAMED_ADDED}{caller[0]}" if unnamed else ""
-        entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy, tally)
+        path, limit = task_limit(task)
+        policy_text = f"{policy}|{path}|{limit}" if path else policy
+        entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy_text, tally)
         graph_entry = json.dumps([node.name, node.id, [stored.node]])
         before_ids = [task_id for _, task_id in before]
         scripts = self.task_scripts(stored.id)

@@ -21,6 +21,8 @@
 -- KEYS[9]      (set)    the caller's children set
 -- KEYS[8+2i]   (hash)   `before` task i (1 <= i <= b)
 -- KEYS[9+2i]   (set)    `before` task i's pending set
+-- KEYS[#KEYS-1] (hash)  per-task limits: task path -> its limit (written only for a limited new task)
+-- KEYS[#KEYS]  (hash)   queues that have held a task with a per-task limit: queue name -> "1" (the same)
 -- ARGV[1]      (string) the workflow's id
 -- ARGV[2]      (string) the caller's id
 -- ARGV[3]      (string) the new task's id
@@ -28,7 +30,9 @@
 -- ARGV[5]      (string) the new task's queue name
 -- ARGV[6]      (number) the new task's ready score, kept in its hash for its release
 -- ARGV[7]      (string) the new task's node name
--- ARGV[8]      (string) the new task's failure policy, "cancel" or "run"
+-- ARGV[8]      (string) the new task's failure policy, "cancel" or "run"; for a task with a per-task limit,
+--                       then "|", its task path, "|" and the path's limit (limits.encode), stored as
+--                       enqueue.lua stores a limited task's
 -- ARGV[9]      (string) the text the graph holds when the node name is taken: `[<name as JSON>, "`
 -- ARGV[10]     (string) the new task's graph entry, JSON `[node, id, [caller's node]]`
 -- ARGV[11]     (number) most tasks a workflow holds (threadmill.workflows.MAX_TASKS)
@@ -45,7 +49,8 @@
 --          waiting); -7 it is not a child of the caller; -8 the new task's 1 + b dependencies would take
 --          the workflow past the most it holds; i is 0 where no `before` task is meant
 local wid, caller, id = ARGV[1], ARGV[2], ARGV[3]
-local b = (#KEYS - 9) / 2
+local b = (#KEYS - 11) / 2
+local policy, limited = string.match(ARGV[8], '^(%a+)|?(.*)$')
 local record = redis.call('HMGET', KEYS[1], 'total', 'graph', 'edges')
 if not record[2] then
   return {0, 0}
@@ -81,8 +86,14 @@ for i = 1, b do
 end
 redis.call('HSET', KEYS[4], 'data', ARGV[4], 'queue', ARGV[5], 'segment', 'waiting', 'score', ARGV[6],
   'workflow', wid, 'node', ARGV[7], 'added_by', caller)
-if ARGV[8] == 'run' then
+if policy == 'run' then
   redis.call('HSET', KEYS[4], 'on_parent_failure', 'run')
+end
+if limited ~= '' then
+  local path, limit = string.match(limited, '^([^|]+)|(.*)$')
+  redis.call('HSET', KEYS[4], 'limit_path', path)
+  redis.call('HSET', KEYS[#KEYS - 1], path, limit)
+  redis.call('HSET', KEYS[#KEYS], ARGV[5], '1')
 end
 redis.call('ZADD', KEYS[5], ARGV[6], id)
 redis.call('SADD', KEYS[6], caller)

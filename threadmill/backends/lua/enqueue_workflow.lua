@@ -6,7 +6,9 @@
 -- A full server refuses the call before it runs (no allow-oom flag). A task without parents goes
 -- to its ready (or deferred) segment; one with parents to its queue's waiting segment, with its
 -- parents' ids in its pending set and its own id in each parent's children set. The record counts the
--- dependencies in `edges`, which a task added at run time grows (add_to_workflow.lua).
+-- dependencies in `edges`, which a task added at run time grows (add_to_workflow.lua). A task with a
+-- per-task limit (`@task(concurrency=, rate=)`) is stored as enqueue.lua stores one: field `limit_path`,
+-- its path's limit recorded and its queue marked, so acquire holds it to the limit once it is ready.
 -- KEYS[1]         (set)    every queue name
 -- KEYS[2]         (hash)   the workflow's record
 -- KEYS[3]         (zset)   workflow ids by enqueue time
@@ -16,6 +18,8 @@
 -- KEYS[3+2m+4i-2] (zset)   task i's target segment: waiting, ready or deferred
 -- KEYS[3+2m+4i-1] (set)    task i's pending set: its parents' ids
 -- KEYS[3+2m+4i]   (set)    task i's children set
+-- KEYS[#KEYS-1]   (hash)   per-task limits: task path -> its limit (written only for a limited task)
+-- KEYS[#KEYS]     (hash)   queues that have held a task with a per-task limit: queue name -> "1" (the same)
 -- ARGV[1]         (string) the workflow's id
 -- ARGV[2]         (string) the workflow's name
 -- ARGV[3]         (string) the workflow's graph, JSON, stored as given
@@ -29,10 +33,11 @@
 -- ARGV[4+m+8i-2]  (number) task i's score in its target segment
 -- ARGV[4+m+8i-1]  (string) task i's node name
 -- ARGV[4+m+8i]    (string) task i's parents: their indices i, comma-separated ("" for none; each earlier
---                          than i), then "|" and its failure policy, "cancel" or "run"
+--                          than i), then "|" and its failure policy, "cancel" or "run"; for a task with a
+--                          per-task limit, then "|", its task path, "|" and the path's limit (limits.encode)
 -- Returns: the number of tasks stored, 0 when the workflow was stored already, -1 when a task id is taken
 local m = tonumber(ARGV[4])
-local n = (#KEYS - 3 - 2 * m) / 4
+local n = (#KEYS - 5 - 2 * m) / 4
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
@@ -52,12 +57,18 @@ end
 for i = 1, n do
   local k, a = 3 + 2 * m + 4 * i - 4, 4 + m + 8 * i - 8
   local j = tonumber(ARGV[a + 3])
-  local parents, policy = string.match(ARGV[a + 8], '^([^|]*)|(%a+)$')
+  local parents, policy, limited = string.match(ARGV[a + 8], '^([^|]*)|(%a+)|?(.*)$')
   local segment = ARGV[a + 4]
   redis.call('HSET', KEYS[k + 1], 'data', ARGV[a + 2], 'queue', ARGV[4 + j], 'segment', segment,
     'score', ARGV[a + 5], 'workflow', ARGV[1], 'node', ARGV[a + 7])
   if policy == 'run' then
     redis.call('HSET', KEYS[k + 1], 'on_parent_failure', 'run')
+  end
+  if limited ~= '' then
+    local path, limit = string.match(limited, '^([^|]+)|(.*)$')
+    redis.call('HSET', KEYS[k + 1], 'limit_path', path)
+    redis.call('HSET', KEYS[#KEYS - 1], path, limit)
+    redis.call('HSET', KEYS[#KEYS], ARGV[4 + j], '1')
   end
   redis.call('ZADD', KEYS[k + 2], ARGV[a + 6], ARGV[a + 1])
   for parent in string.gmatch(parents, '%d+') do
