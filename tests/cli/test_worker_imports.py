@@ -1,5 +1,5 @@
-"""The worker command imports what a worker uses: not the console's server, metrics, psutil, an unused tracing API
-or the other subcommands.
+"""The worker command imports what a worker uses: not the console's server, metrics, psutil, an unused tracing API,
+the other subcommands, or the schedules and workflows it is not given.
 
 Read from `python -X importtime` over a whole `--exit-empty` run, its forked worker process
 included; nothing is timed here (`python -m tests.benchmarks start` times the start).
@@ -41,6 +41,8 @@ OTHER_API_CONCERNS = {
     f"threadmill.api.{name}"
     for name in ("actions", "controls", "history", "metrics", "schedules", "workflows", "workers")
 }
+#: What only a backend with a SCHEDULE, or a task that is a workflow's, loads (a worker's start pays for neither).
+UNUSED_FEATURES = {"threadmill.schedules", "cronsim", "threadmill.workflows", "threadmill.running_workflow"}
 #: The OpenTelemetry modules only tracing uses (threadmill's spans and their W3C context).
 TRACING = ("opentelemetry.trace", "opentelemetry.propagators", "opentelemetry.propagate")
 
@@ -81,6 +83,7 @@ def test_a_project_without_the_console_imports_neither_its_stack_nor_prometheus_
     assert not imported & OTHER_SUBCOMMANDS
     assert "threadmill.api.queues" in imported
     assert not imported & OTHER_API_CONCERNS
+    assert not imported & UNUSED_FEATURES
     assert not {name for name in imported if name.startswith(TRACING)}
     # Linux tells a snapshot's CPU and memory without psutil (threadmill/worker/usage.py).
     assert "psutil" not in imported or not STATM.exists()

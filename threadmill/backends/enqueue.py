@@ -29,7 +29,6 @@ from ..base import Segment, ThreadmillTaskResult
 from ..exceptions import BackendConnectionError, ServerOutOfMemory
 from ..integrations import otel
 from ..limits import task_limit
-from ..schedules import Schedule
 from ..unique import UniqueSpec, spec_for
 from . import codec
 from .aio import send_task_enqueued
@@ -40,6 +39,7 @@ from .replication import wait_for_replicas
 from .scripts import EnqueueReply
 
 if TYPE_CHECKING:
+    from ..schedules import Schedule
     from .aio import AsyncClients
     from .keys import KeySchema
     from .options import BackendOptions

@@ -13,7 +13,7 @@ import time
 import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 from django.conf import settings
@@ -35,7 +35,6 @@ from ..identity import this_process_name
 from ..limits import LimitError, QueueLimit, check_partitions, encode, parse_rate
 from ..outcome import ended_by
 from ..redaction import redact_text, redact_url
-from ..schedules import Schedule, parse_schedules
 from . import clients, codec, layout, preflight
 from .aio import AsyncClients
 from .checks import KEYWORD_ERRORS, check_backend, check_server
@@ -52,7 +51,19 @@ from .tooling import REQUEUE_ROUNDS, RedisTooling
 from .worker_verbs import WorkerVerbs
 from .workflows import WorkflowBackend
 
+if TYPE_CHECKING:
+    from ..schedules import Schedule
+
 logger = logging.getLogger("threadmill.backend")
+
+
+def _schedules(alias: str, raw: Any) -> tuple[Schedule, ...]:
+    """Return the alias's `SCHEDULE` setting parsed; an alias without one does not import the schedules module."""
+    if raw is None:
+        return ()
+    from ..schedules import parse_schedules  # cronsim and the schedule rules: only where a schedule is set
+
+    return parse_schedules(alias, raw, zoneinfo.ZoneInfo(settings.TIME_ZONE or "UTC"))
 
 
 class RequeueRead(NamedTuple):
@@ -104,7 +115,7 @@ class RedisTaskBackend(WorkerVerbs, PartitionRouting, RedisTooling, WorkflowBack
             )
         #: Each limited queue's setting as acquire reads it.
         self._limit_texts = {name: encode(limit) for name, limit in self.config.limits.items()}
-        self.schedules = parse_schedules(alias, params.get("SCHEDULE"), zoneinfo.ZoneInfo(settings.TIME_ZONE or "UTC"))
+        self.schedules = _schedules(alias, params.get("SCHEDULE"))
         self.keys = KeySchema(alias)
         self._client: redis.Redis | RedisCluster | None = None
         self._scripts: RedisScripts | None = None

@@ -26,7 +26,7 @@ from .options import DEFAULT_RESULT_TTL_S
 from .script_source import LuaScript
 from .tooling_scripts import ToolingScripts
 from .transport import ServerTransport
-from .workflows import WorkflowScripts
+from .workflow_scripts import WorkflowScripts
 
 if TYPE_CHECKING:
     from ..unique import UniqueSpec
