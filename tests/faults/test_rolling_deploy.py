@@ -336,3 +336,46 @@ def test_a_previous_release_beside_this_one_drains_a_workflow_each_task_once_and
     else:
         # The known gap (docs/explanation/workflows.md): a leaf the old release finished is never counted.
         assert run.counts["SUCCESSFUL"] == len(wf.nodes) - ("join" in by_old), run.counts
+
+
+@pytest.fixture(scope="module")
+def landed_main() -> Iterator[Path]:
+    """A worktree of the landed main this release follows (workflows and per-task limits, not limited nodes)."""
+    yield from _release_tree(LANDED_MAIN)
+
+
+def test_the_landed_main_s_pool_beside_this_one_holds_a_workflow_s_limited_tasks_to_their_limit(
+    landed_main, fault_server, counter, counter_server, start_pool, settings
+):
+    # This release stores a limited node as a limited enqueue stores a task; the landed main's acquire reads that.
+    from tests.tasks import count_concurrent_three_at_a_time, count_run
+
+    settings.TASKS = {"default": {**settings.TASKS["default"], "REDIS_URL": fault_server.url}}
+    tally = Tally(task_backends["default"], counter)
+    old = PreviousReleasePool(landed_main, "-w", "1", "-t", "4", env=fault_env(fault_server, counter_server.url))
+    try:
+        new = start_pool(fault_server, "-w", "1", "-t", "4")
+        wait_for(lambda: old.alive() and new.alive() and _runs(old) and _runs(new),
+                 lambda: f"both pools' worker processes run: {old.output[-2000:]}", 30)  # fmt: skip
+        wf = Workflow(name="limited beside the landed main")
+        root = wf.add(count_run, name="root")
+        limited = [
+            wf.add(count_concurrent_three_at_a_time, kwargs={"sleep_ms": 40}, after=[root], name=f"c{i}")
+            for i in range(40)
+        ]
+        wf.add(count_run, after=limited, name="join")
+        run = wf.enqueue()
+        tally.ids = [node.id for node in wf.nodes]
+        wait_for_drain(new, tally, 40, "every task of the workflow ran")
+        old_names = set(re.findall(r"Worker process (\S+) started", old.output))
+    finally:
+        old.close()
+
+    tally.assert_each_ran_once()
+    peak = int(counter.get("limits:peak") or 0)
+    assert peak == 3, f"peak running at once {peak} across both pools' 8 threads, limit 3"
+    by_old = [n.name for n in limited if tally.backend.get_result(n.id).worker_ids[-1] in old_names]
+    assert 0 < len(by_old) < len(limited), f"the landed main ran {len(by_old)} of the {len(limited)} limited tasks"
+    run.refresh()
+    assert run.status == TaskResultStatus.SUCCESSFUL, run.counts
+    print(f"\n{LANDED_MAIN} beside this release: peak {peak} of limit 3; the landed main ran {len(by_old)} of 40")
