@@ -183,6 +183,12 @@ def overlay(setting: QueueLimit, runtime: QueueLimit) -> QueueLimit:
 TASK_LIMIT_LOOK = 100
 
 
+def limit_suffix(task: object) -> str:
+    """Return "|<path>|<limit>" for a task with `concurrency=` or `rate=`, "" for any other (a workflow script's form)."""
+    path, limit = task_limit(task)
+    return f"|{path}|{limit}" if path else ""
+
+
 def task_limit(task: object) -> tuple[str, str]:
     """Return (task path, encoded limit) of a task with `concurrency=` or `rate=`, ("", "") for any other."""
     concurrency, rate = getattr(task, "concurrency", None), getattr(task, "rate", None)

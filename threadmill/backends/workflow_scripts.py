@@ -32,12 +32,12 @@ class WorkflowScripts(ScriptHost):
     def enqueue_workflow(
         self, workflow_id: str, name: str, graph: str, entries: Sequence[tuple], durable_within_s: float | None = None
     ) -> int:
-        """Store (id, payload, queue, segment, ready score, score, node, parent indices, policy, task limit) entries as
-        one workflow.
+        """Store (id, payload, queue, segment, ready score, score, node, parent indices, policy) entries as one workflow.
 
-        Parent indices count from 1 in `entries`; a task limit is `limits.task_limit`'s (path, limit). Returns the number stored, 0 when the workflow
-        was stored already, -1 when a task id is taken (nothing stored then). With
-        `durable_within_s`, return only once it is in the append-only file, as `enqueue_many`.
+        Parent indices count from 1 in `entries`; a policy is followed by `limits.limit_suffix` for a task with a
+        per-task limit. Returns the number stored, 0 when the workflow was stored already, -1 when a task id is
+        taken (nothing stored then). With `durable_within_s`, return only once it is in the append-only file, as
+        `enqueue_many`.
         """
         k = self.keys
         queues = list(dict.fromkeys(entry[2] for entry in entries))
@@ -46,7 +46,7 @@ class WorkflowScripts(ScriptHost):
         for queue in queues:
             keys += [k.wake(queue), k.totals(queue)]
         args: list[Any] = [workflow_id, name, graph, len(queues), *queues]
-        for task_id, payload, queue, segment, score_when_ready, score, node, parents, policy, limit in entries:
+        for task_id, payload, queue, segment, score_when_ready, score, node, parents, policy in entries:
             keys += [
                 k.task(task_id),
                 k.segment(queue, segment),
@@ -55,7 +55,7 @@ class WorkflowScripts(ScriptHost):
             ]
             parent_text = ",".join(str(p) for p in parents)
             args += [task_id, payload, index[queue], segment.value, score_when_ready, score, node]
-            args.append(f"{parent_text}|{policy}|{limit[0]}|{limit[1]}" if limit[0] else f"{parent_text}|{policy}")
+            args.append(f"{parent_text}|{policy}")
         keys += [k.task_limits(), k.limited_queues()]
         if durable_within_s is None:
             return self._run(_enqueue_workflow, keys, args)
@@ -74,9 +74,7 @@ class WorkflowScripts(ScriptHost):
     ) -> tuple[int, int]:
         """Add an (id, payload, queue, ready score, node, policy, tally) task after running task `caller`; (code, index).
 
-        `policy` is the failure policy, followed for a task with a per-task limit by "|path|limit" (add_to_workflow.lua).
-
-        `caller` is (id, lease token), holding that lease; `edges`, the read graph's dependency count (old records).
+        `policy` is the failure policy, followed by `limits.limit_suffix` for a task with a per-task limit. `caller` is (id, lease token), holding that lease; `edges`, the read graph's dependency count (old records).
 
         Each id of `before` waits for it too; tally: the record field listing unnamed adds, "" if named.
         """

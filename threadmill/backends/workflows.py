@@ -22,7 +22,7 @@ from django.utils.json import normalize_json
 
 from ..base import UNREADABLE_PAYLOAD_ERRORS, Segment, ThreadmillTaskResult
 from ..exceptions import WorkflowError
-from ..limits import task_limit
+from ..limits import limit_suffix
 from . import codec
 from .cancelling import CANCEL_ROUNDS, cancelled_document, default_canceller
 from .enqueue_retry import retrying
@@ -143,8 +143,7 @@ class WorkflowBackend:
             score,
             node.name,
             parents,
-            node.on_parent_failure,
-            task_limit(task),
+            node.on_parent_failure + limit_suffix(task),
         )
 
     @translate_errors
@@ -250,8 +249,7 @@ class WorkflowBackend:
         now = time.time()
         payload = codec.encode_new(task, node.id, normalize_json(list(args)), normalize_json(kwargs), now)
         tally = f"{UNNAMED_ADDED}{caller[0]}" if unnamed else ""
-        path, limit = task_limit(task)
-        policy_text = f"{policy}|{path}|{limit}" if path else policy
+        policy_text = policy + limit_suffix(task)
         entry = (node.id, payload, task.queue_name, ready_score(task.priority, now), node.name, policy_text, tally)
         graph_entry = json.dumps([node.name, node.id, [stored.node]])
         before_ids = [task_id for _, task_id in before]

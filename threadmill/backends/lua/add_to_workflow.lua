@@ -48,6 +48,7 @@
 --          taken; -5 `before` task i is not a task of this workflow; -6 it has started (it is not
 --          waiting); -7 it is not a child of the caller; -8 the new task's 1 + b dependencies would take
 --          the workflow past the most it holds; i is 0 where no `before` task is meant
+-- include: limited_task
 local wid, caller, id = ARGV[1], ARGV[2], ARGV[3]
 local b = (#KEYS - 11) / 2
 local policy, limited = string.match(ARGV[8], '^(%a+)|?(.*)$')
@@ -89,12 +90,7 @@ redis.call('HSET', KEYS[4], 'data', ARGV[4], 'queue', ARGV[5], 'segment', 'waiti
 if policy == 'run' then
   redis.call('HSET', KEYS[4], 'on_parent_failure', 'run')
 end
-if limited ~= '' then
-  local path, limit = string.match(limited, '^([^|]+)|(.*)$')
-  redis.call('HSET', KEYS[4], 'limit_path', path)
-  redis.call('HSET', KEYS[#KEYS - 1], path, limit)
-  redis.call('HSET', KEYS[#KEYS], ARGV[5], '1')
-end
+mark_limited(KEYS[4], ARGV[5], limited, KEYS[#KEYS - 1], KEYS[#KEYS])
 redis.call('ZADD', KEYS[5], ARGV[6], id)
 redis.call('SADD', KEYS[6], caller)
 redis.call('SADD', KEYS[9], id)

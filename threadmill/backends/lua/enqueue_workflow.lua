@@ -36,6 +36,7 @@
 --                          than i), then "|" and its failure policy, "cancel" or "run"; for a task with a
 --                          per-task limit, then "|", its task path, "|" and the path's limit (limits.encode)
 -- Returns: the number of tasks stored, 0 when the workflow was stored already, -1 when a task id is taken
+-- include: limited_task
 local m = tonumber(ARGV[4])
 local n = (#KEYS - 5 - 2 * m) / 4
 if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -64,12 +65,7 @@ for i = 1, n do
   if policy == 'run' then
     redis.call('HSET', KEYS[k + 1], 'on_parent_failure', 'run')
   end
-  if limited ~= '' then
-    local path, limit = string.match(limited, '^([^|]+)|(.*)$')
-    redis.call('HSET', KEYS[k + 1], 'limit_path', path)
-    redis.call('HSET', KEYS[#KEYS - 1], path, limit)
-    redis.call('HSET', KEYS[#KEYS], ARGV[4 + j], '1')
-  end
+  mark_limited(KEYS[k + 1], ARGV[4 + j], limited, KEYS[#KEYS - 1], KEYS[#KEYS])
   redis.call('ZADD', KEYS[k + 2], ARGV[a + 6], ARGV[a + 1])
   for parent in string.gmatch(parents, '%d+') do
     local p = tonumber(parent)
